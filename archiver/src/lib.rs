@@ -1,0 +1,3 @@
+//! qim-archiver: consumes committed records into the Scylla archive with remaining-retention TTLs.
+
+pub mod config;
