@@ -1,0 +1,97 @@
+//! The `MailboxStore` contract: per-user mailboxes, dispatch bookkeeping and lane watermarks.
+//!
+//! This is seed 000's MailboxStore reshaped by DESIGN.md's dispatch departure: no LWT per record
+//! or per recipient; duplicates reuse the first receipt; replays write identical rows; a
+//! watermark advances only over dispatches whose lane work is durable and never moves back.
+
+use async_trait::async_trait;
+
+use crate::error::StoreResult;
+use crate::ids::{TenantId, UserId};
+use crate::mailbox::{
+    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
+    MailboxPage, MailboxSeq, ShardEpoch, ShardId,
+};
+
+/// Per-user mailboxes and the dispatch bookkeeping that fills them.
+#[async_trait]
+pub trait MailboxStore: Send + Sync {
+    /// Writes entries as whole event groups, one per `(user, seq)`. Within a batch the events of
+    /// a group are put in canonical order (ordinal, event id); a repeated ordinal in one group is
+    /// `InvalidInput` and nothing is written. A replay overwrites a group with identical bytes.
+    /// Entries already expired are not written, but raise the user's expired-gap boundary; live
+    /// ones are registered in the retention ledger before they are written.
+    async fn append_batch(&self, entries: &[MailboxEntry]) -> StoreResult<()>;
+
+    /// Records that `manifest` was observed at `observed_offset` of the shard log. The first
+    /// observation fixes the canonical receipt (seq from that offset in `epoch`); a later
+    /// duplicate with the same manifest returns that receipt with `duplicate = true`, and is
+    /// remembered in every lane so watermarks account for its offset. The same id with a
+    /// different manifest is `DispatchConflict`.
+    async fn begin_dispatch(
+        &self,
+        epoch: ShardEpoch,
+        manifest: &DispatchManifest,
+        observed_offset: u64,
+    ) -> StoreResult<DispatchReceipt>;
+
+    /// Writes the mailbox entries of one chunk of `manifest` at the receipt's seq. The manifest
+    /// and receipt must match what `begin_dispatch` stored. Does not mark the chunk complete.
+    /// Returns how many entries were written.
+    async fn append_chunk(
+        &self,
+        receipt: &DispatchReceipt,
+        manifest: &DispatchManifest,
+        chunk: ChunkId,
+    ) -> StoreResult<usize>;
+
+    /// Durably marks one chunk complete (after its `append_chunk` succeeded). Idempotent. A chunk
+    /// the manifest does not declare is `InvalidInput`.
+    async fn mark_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()>;
+
+    /// Whether the chunk is durably complete.
+    async fn chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool>;
+
+    /// What is known of a dispatch; `None` if it was never begun (or was collected).
+    async fn dispatch_progress(&self, dispatch: DispatchId) -> StoreResult<Option<DispatchProgress>>;
+
+    /// Whole event groups of `user` with `after < seq <= up_to`, ascending, cut only at seq
+    /// boundaries once `max_items` events are reached (the first group may exceed it).
+    ///
+    /// `after` and `up_to` must share an epoch. `after > up_to` returns nothing covered at
+    /// `after`. A cursor below `max(trim, expired_gap_boundary)` is `CursorExpired` with that
+    /// boundary as the earliest valid cursor. The returned `covered` never claims a seq whose
+    /// group may have vanished unnoticed.
+    async fn range_scan(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        after: MailboxSeq,
+        up_to: MailboxSeq,
+        max_items: usize,
+    ) -> StoreResult<MailboxPage>;
+
+    /// The reader acknowledged everything up to and including `through`: entries at or below it
+    /// may be removed and cursors below it expire. Monotonic: a lower value changes nothing.
+    /// Returns the trim in force afterwards.
+    async fn truncate_before(&self, tenant: TenantId, user: UserId, through: MailboxSeq) -> StoreResult<MailboxSeq>;
+
+    /// Where one lane of one shard stands.
+    async fn lane_watermark(&self, shard: ShardId, lane: LaneId) -> StoreResult<LaneWatermark>;
+
+    /// Moves the lane's watermark to `through`, an offset where a dispatch was observed, when
+    /// every dispatch observed in this shard above the current watermark and at or below
+    /// `through` has its lane work complete; otherwise `Conflict` naming the first incomplete
+    /// offset. A `through` at or below the current watermark changes nothing.
+    async fn advance_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark>;
+
+    /// Forgets up to `limit` dispatches of `shard` that every lane's watermark has passed and
+    /// that were last observed before `seen_before_millis` (TTL-managed backends let the rows
+    /// expire). Returns how many were collected.
+    async fn gc_completed_dispatches(
+        &self,
+        shard: ShardId,
+        seen_before_millis: i64,
+        limit: usize,
+    ) -> StoreResult<usize>;
+}

@@ -1,0 +1,462 @@
+//! The `MessageStore` contract suite. Each function is one test; see
+//! [`crate::message_store_contract_suite`].
+
+use std::sync::Arc;
+
+use super::fixtures::*;
+use super::MessageHarness;
+use crate::codec::encode_record;
+use crate::ids::{ConversationId, ConversationSeq, MILLIS_PER_DAY};
+use crate::message::{
+    Commit, CommitRequest, CommitState, Direction, HistoryQuery, MessageKind, Publication, ReadPosition,
+    MAX_PAYLOAD_BYTES, UNREAD_PRECISE_LIMIT,
+};
+use crate::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
+use crate::{ErrorKind, MessageStore};
+
+fn policy() -> RetentionPolicy {
+    RetentionPolicy::with_default_days(30).expect("30 days is legal")
+}
+
+/// Drives `request` through every state and returns the COMMITTED commit.
+pub async fn commit_fully(store: &dyn MessageStore, request: &CommitRequest) -> Commit {
+    let reserved = store.reserve(request, fresh_message_id()).await.expect("reserve");
+    let recorded = store.put_record(&reserved.intent).await.expect("put_record");
+    assert_eq!(recorded.state, CommitState::Recorded);
+    let publication = Publication { partition: 0, offset: reserved.intent.seq.0 as i64 };
+    let outboxed = store
+        .mark_outbox_published(&request.key, reserved.intent.message_id, publication)
+        .await
+        .expect("mark_outbox_published");
+    assert_eq!(outboxed.intent.publication, Some(publication));
+    let committed = store.mark_committed(&request.key, reserved.intent.message_id).await.expect("mark_committed");
+    assert_eq!(committed.state, CommitState::Committed);
+    committed
+}
+
+fn query(
+    tenant: crate::ids::TenantId,
+    conversation: ConversationId,
+    viewer: crate::ids::UserId,
+    direction: Direction,
+    anchor: Option<u64>,
+    max_items: usize,
+    max_bytes: usize,
+) -> HistoryQuery {
+    HistoryQuery { tenant, conversation, viewer, direction, anchor: anchor.map(ConversationSeq), max_items, max_bytes }
+}
+
+fn seqs(page: &crate::message::HistoryPage) -> Vec<u64> {
+    page.records.iter().map(|r| r.seq.0).collect()
+}
+
+/// Seqs start at 1 and increase by one per new key, independently per conversation.
+pub async fn reserve_allocates_increasing_seqs_per_conversation(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, a, b) = (fresh_tenant(), fresh_conversation(), fresh_conversation());
+    for i in 1..=3u64 {
+        let c = store.reserve(&request(t, user(1), &format!("a{i}"), a, b"x"), fresh_message_id()).await.unwrap();
+        assert_eq!(c.intent.seq, ConversationSeq(i));
+        assert_eq!(c.state, CommitState::Reserved);
+        assert_eq!(c.intent.created_at, T0);
+    }
+    let c = store.reserve(&request(t, user(1), "b1", b, b"x"), fresh_message_id()).await.unwrap();
+    assert_eq!(c.intent.seq, ConversationSeq(1), "another conversation counts on its own");
+}
+
+/// A replay with byte-identical content returns the first commit (same seq, id, time), in the
+/// state it has reached, whatever id the replay proposes.
+pub async fn reserve_replay_with_same_bytes_returns_first_commit(h: &dyn MessageHarness) {
+    let clock = clock();
+    let store = h.open(policy(), clock.clone()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let req = request(t, user(1), "m1", conv, b"hello");
+    let first = store.reserve(&req, fresh_message_id()).await.unwrap();
+    clock.advance(5_000);
+    let again = store.reserve(&req, fresh_message_id()).await.unwrap();
+    assert_eq!(again, first);
+    let committed = commit_fully_from(store.as_ref(), &first).await;
+    let after = store.reserve(&req, fresh_message_id()).await.unwrap();
+    assert_eq!(after, committed);
+    assert_eq!(after.intent.seq, first.intent.seq);
+    assert_eq!(after.intent.message_id, first.intent.message_id);
+    assert_eq!(after.intent.created_at, T0);
+    let next = store.reserve(&request(t, user(1), "m2", conv, b"hello"), fresh_message_id()).await.unwrap();
+    assert_eq!(next.intent.seq, ConversationSeq(2), "a replay does not consume a seq");
+}
+
+async fn commit_fully_from(store: &dyn MessageStore, reserved: &Commit) -> Commit {
+    let key = &reserved.intent.request.key;
+    store.put_record(&reserved.intent).await.unwrap();
+    store
+        .mark_outbox_published(key, reserved.intent.message_id, Publication { partition: 1, offset: 7 })
+        .await
+        .unwrap();
+    store.mark_committed(key, reserved.intent.message_id).await.unwrap()
+}
+
+/// The same key with any different byte is a conflict, and consumes no seq.
+pub async fn reserve_same_key_with_different_bytes_conflicts(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let req = request(t, user(1), "m1", conv, b"hello");
+    store.reserve(&req, fresh_message_id()).await.unwrap();
+    let variants = [
+        CommitRequest { payload: b"hellp".to_vec(), ..req.clone() },
+        CommitRequest { kind: MessageKind::Edited, ..req.clone() },
+        CommitRequest { retention: RetentionClass::Ephemeral24h, ..req.clone() },
+        CommitRequest { conversation: fresh_conversation(), ..req.clone() },
+    ];
+    for v in &variants {
+        assert_kind(store.reserve(v, fresh_message_id()).await, ErrorKind::Conflict, "different bytes under one key");
+    }
+    let next = store.reserve(&request(t, user(1), "m2", conv, b"x"), fresh_message_id()).await.unwrap();
+    assert_eq!(next.intent.seq, ConversationSeq(2), "conflicts consume no seq");
+}
+
+/// `load_commit_for_request` finds the commit only for the same bytes.
+pub async fn load_commit_for_request_compares_bytes(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let req = request(t, user(1), "m1", conv, b"hello");
+    assert_eq!(store.load_commit(&req.key).await.unwrap(), None);
+    assert_eq!(store.load_commit_for_request(&req).await.unwrap(), None);
+    let c = store.reserve(&req, fresh_message_id()).await.unwrap();
+    assert_eq!(store.load_commit(&req.key).await.unwrap(), Some(c.clone()));
+    assert_eq!(store.load_commit_for_request(&req).await.unwrap(), Some(c));
+    let other = CommitRequest { payload: b"other".to_vec(), ..req };
+    assert_kind(store.load_commit_for_request(&other).await, ErrorKind::Conflict, "different bytes");
+}
+
+/// Each step runs only from its predecessor: no skipping, no repeating, no going back.
+pub async fn states_move_forward_only_from_their_predecessor(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let req = request(fresh_tenant(), user(1), "m1", fresh_conversation(), b"x");
+    let c = store.reserve(&req, fresh_message_id()).await.unwrap();
+    let (key, id) = (&req.key, c.intent.message_id);
+    let publication = Publication { partition: 2, offset: 40 };
+    assert_kind(store.mark_outbox_published(key, id, publication).await, ErrorKind::Conflict, "outbox from RESERVED");
+    assert_kind(store.mark_committed(key, id).await, ErrorKind::Conflict, "commit from RESERVED");
+    store.put_record(&c.intent).await.unwrap();
+    assert_kind(store.put_record(&c.intent).await, ErrorKind::Conflict, "record twice");
+    assert_kind(store.mark_committed(key, id).await, ErrorKind::Conflict, "commit from RECORDED");
+    store.mark_outbox_published(key, id, publication).await.unwrap();
+    assert_kind(store.mark_outbox_published(key, id, publication).await, ErrorKind::Conflict, "outbox twice");
+    assert_kind(store.put_record(&c.intent).await, ErrorKind::Conflict, "record after OUTBOXED");
+    let done = store.mark_committed(key, id).await.unwrap();
+    assert_kind(store.mark_committed(key, id).await, ErrorKind::Conflict, "commit twice");
+    assert_eq!(done.intent.publication, Some(publication), "COMMITTED keeps the coordinates");
+    assert_eq!(store.load_commit(key).await.unwrap(), Some(done));
+}
+
+/// A step for another message id, a changed intent or an unknown key fails and changes nothing.
+pub async fn step_with_wrong_message_or_unknown_key_fails(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let req = request(fresh_tenant(), user(1), "m1", fresh_conversation(), b"x");
+    let c = store.reserve(&req, fresh_message_id()).await.unwrap();
+    let mut forged = c.intent.clone();
+    forged.request.payload = b"y".to_vec();
+    assert_kind(store.put_record(&forged).await, ErrorKind::Conflict, "changed intent");
+    let mut other_seq = c.intent.clone();
+    other_seq.seq = ConversationSeq(99);
+    assert_kind(store.put_record(&other_seq).await, ErrorKind::Conflict, "changed seq");
+    store.put_record(&c.intent).await.unwrap();
+    let publication = Publication { partition: 0, offset: 1 };
+    assert_kind(
+        store.mark_outbox_published(&req.key, fresh_message_id(), publication).await,
+        ErrorKind::Conflict,
+        "other message id",
+    );
+    let unknown = request(req.key.tenant, user(2), "never", req.conversation, b"x");
+    assert_kind(store.mark_committed(&unknown.key, c.intent.message_id).await, ErrorKind::NotFound, "unknown key");
+    let mut unknown_intent = c.intent.clone();
+    unknown_intent.request = unknown;
+    assert_kind(store.put_record(&unknown_intent).await, ErrorKind::NotFound, "unknown key");
+    assert_eq!(store.load_commit(&req.key).await.unwrap().unwrap().state, CommitState::Recorded);
+}
+
+/// Concurrent reserves of distinct keys in one conversation get distinct seqs.
+pub async fn concurrent_reserves_never_share_a_seq(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut tasks = Vec::new();
+    for i in 0..32 {
+        let store = Arc::clone(&store);
+        let req = request(t, user(i % 4), &format!("c{i}"), conv, b"x");
+        tasks.push(tokio::spawn(async move { store.reserve(&req, fresh_message_id()).await.map(|c| c.intent.seq.0) }));
+    }
+    let mut got = Vec::new();
+    for task in tasks {
+        got.push(task.await.expect("task").expect("reserve"));
+    }
+    got.sort_unstable();
+    got.dedup();
+    assert_eq!(got.len(), 32, "every reserve got its own seq");
+    assert!(got.iter().all(|s| (1..=32).contains(s)), "no seq beyond the 32 issued: {got:?}");
+}
+
+/// The committed record reads back byte for byte, with the policy's expiry.
+pub async fn committed_record_reads_back_exactly(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut req = request(t, user(1), "m1", conv, &[0, 1, 2, 255]);
+    req.kind = MessageKind::Control;
+    req.retention = RetentionClass::Ephemeral24h;
+    let c = commit_fully(store.as_ref(), &req).await;
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    let page = store.history_page(&query(t, conv, user(1), Direction::Older, None, 10, 1 << 20), &auth).await.unwrap();
+    assert_eq!(page.records, vec![c.intent.record(Some(T0.plus_millis(EPHEMERAL_MILLIS)))]);
+    assert_eq!(page.earliest_available, Some(ConversationSeq(1)));
+    assert!(!page.has_more);
+}
+
+/// Unfinished commits older than the cutoff are found, oldest first; committed ones are not.
+pub async fn scan_recoverable_commits_finds_unfinished_work(h: &dyn MessageHarness) {
+    let clock = clock();
+    let store = h.open(policy(), clock.clone()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let reserved = store.reserve(&request(t, user(1), "r", conv, b"x"), fresh_message_id()).await.unwrap();
+    clock.advance(10);
+    let recorded = store.reserve(&request(t, user(1), "p", conv, b"x"), fresh_message_id()).await.unwrap();
+    store.put_record(&recorded.intent).await.unwrap();
+    clock.advance(10);
+    commit_fully(store.as_ref(), &request(t, user(1), "done", conv, b"x")).await;
+    clock.advance(10);
+    store.reserve(&request(t, user(1), "late", conv, b"x"), fresh_message_id()).await.unwrap();
+    let found = store.scan_recoverable_commits(T0.plus_millis(25), 100).await.unwrap();
+    let mine: Vec<_> =
+        found.iter().filter(|c| c.intent.request.key.tenant == t).map(|c| (c.intent.seq.0, c.state)).collect();
+    assert_eq!(
+        mine,
+        vec![(reserved.intent.seq.0, CommitState::Reserved), (recorded.intent.seq.0, CommitState::Recorded)]
+    );
+    let limited = store.scan_recoverable_commits(T0.plus_millis(25), 1).await.unwrap();
+    assert_eq!(limited.len(), 1);
+}
+
+/// Committed auxiliary facts stay for the TTL (idempotent retries keep working), then go.
+pub async fn gc_committed_auxiliary_waits_for_the_ttl(h: &dyn MessageHarness) {
+    let clock = clock();
+    let store = h.open(policy(), clock.clone()).await;
+    let req = request(fresh_tenant(), user(1), "m1", fresh_conversation(), b"x");
+    let c = commit_fully(store.as_ref(), &req).await;
+    store.gc_committed_auxiliary(1000).await.unwrap();
+    assert_eq!(store.load_commit(&req.key).await.unwrap(), Some(c));
+    clock.advance(crate::COMMIT_AUX_TTL_MILLIS + 1);
+    let report = store.gc_committed_auxiliary(100_000).await.unwrap();
+    assert!(report.removed >= 1, "{report:?}");
+    assert_eq!(store.load_commit(&req.key).await.unwrap(), None);
+}
+
+async fn five_messages(
+    store: &dyn MessageStore,
+    payload_len: usize,
+) -> (crate::ids::TenantId, ConversationId, MembershipAuthorizer) {
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 1..=5 {
+        commit_fully(store, &request(t, user(1), &format!("m{i}"), conv, &vec![b'a'; payload_len])).await;
+    }
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    (t, conv, auth)
+}
+
+/// OLDER reads below the anchor newest-first, NEWER above it oldest-first, within max_items.
+pub async fn history_pages_older_and_newer_from_an_anchor(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv, auth) = five_messages(store.as_ref(), 3).await;
+    let v = user(1);
+    let page = store.history_page(&query(t, conv, v, Direction::Older, None, 2, 1 << 20), &auth).await.unwrap();
+    assert_eq!((seqs(&page), page.has_more), (vec![5, 4], true));
+    let page = store.history_page(&query(t, conv, v, Direction::Older, Some(4), 10, 1 << 20), &auth).await.unwrap();
+    assert_eq!((seqs(&page), page.has_more), (vec![3, 2, 1], false));
+    let page = store.history_page(&query(t, conv, v, Direction::Newer, None, 2, 1 << 20), &auth).await.unwrap();
+    assert_eq!((seqs(&page), page.has_more), (vec![1, 2], true));
+    let page = store.history_page(&query(t, conv, v, Direction::Newer, Some(3), 10, 1 << 20), &auth).await.unwrap();
+    assert_eq!((seqs(&page), page.has_more), (vec![4, 5], false));
+    let page = store.history_page(&query(t, conv, v, Direction::Newer, Some(5), 10, 1 << 20), &auth).await.unwrap();
+    assert_eq!((seqs(&page), page.has_more), (vec![], false));
+    assert_eq!(page.earliest_available, Some(ConversationSeq(1)));
+}
+
+/// The first record may exceed max_bytes; later ones never push the page over it.
+pub async fn history_page_byte_budget_admits_only_the_first_oversized(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv, auth) = five_messages(store.as_ref(), 10).await;
+    let v = user(1);
+    let page = store.history_page(&query(t, conv, v, Direction::Older, None, 10, 3), &auth).await.unwrap();
+    assert_eq!((seqs(&page), page.has_more), (vec![5], true), "first record exceeds the budget alone");
+    let page = store.history_page(&query(t, conv, v, Direction::Older, None, 10, 25), &auth).await.unwrap();
+    assert_eq!(seqs(&page), vec![5, 4], "a third record would need 30 bytes");
+    let page = store.history_page(&query(t, conv, v, Direction::Newer, None, 10, 30), &auth).await.unwrap();
+    assert_eq!(seqs(&page), vec![1, 2, 3]);
+}
+
+/// A refused viewer gets Forbidden before any byte is read (even a corrupt record is not
+/// reached).
+pub async fn history_page_consults_the_authorizer_before_reading(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv, auth) = five_messages(store.as_ref(), 3).await;
+    h.overwrite_record(&store, t, conv, ConversationSeq(5), b"garbage".to_vec()).await;
+    let stranger = query(t, conv, user(9), Direction::Older, None, 10, 1 << 20);
+    assert_kind(store.history_page(&stranger, &auth).await, ErrorKind::Forbidden, "non-member");
+    assert_eq!(auth.calls(), 1);
+    let member = query(t, conv, user(1), Direction::Older, None, 10, 1 << 20);
+    assert_kind(store.history_page(&member, &auth).await, ErrorKind::CorruptEntry, "member reaches the corrupt record");
+    assert_eq!(auth.calls(), 2);
+}
+
+/// An index entry without its record, a record of another seq, or undecodable bytes fail
+/// closed.
+pub async fn history_page_refuses_missing_or_mismatched_records(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv, auth) = five_messages(store.as_ref(), 3).await;
+    let all = query(t, conv, user(1), Direction::Newer, None, 10, 1 << 20);
+    let good = store.history_page(&all, &auth).await.unwrap();
+    let record_two = encode_record(&good.records[1]);
+    h.overwrite_record(&store, t, conv, ConversationSeq(3), record_two).await;
+    assert_kind(store.history_page(&all, &auth).await, ErrorKind::CorruptEntry, "record of seq 2 stored at seq 3");
+    h.remove_record(&store, t, conv, ConversationSeq(3)).await;
+    assert_kind(store.history_page(&all, &auth).await, ErrorKind::CorruptEntry, "index without record");
+    let mut future = encode_record(&good.records[2]);
+    future[1] = 99;
+    h.overwrite_record(&store, t, conv, ConversationSeq(3), future).await;
+    assert_kind(store.history_page(&all, &auth).await, ErrorKind::CorruptEntry, "unknown format version");
+}
+
+/// Expired records never appear in pages and `earliest_available` moves forward; compliance
+/// hold never expires.
+pub async fn history_never_returns_expired_records(h: &dyn MessageHarness) {
+    let clock = clock();
+    let store = h.open(policy(), clock.clone()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut eph = request(t, user(1), "e", conv, b"x");
+    eph.retention = RetentionClass::Ephemeral24h;
+    commit_fully(store.as_ref(), &eph).await;
+    let mut hold = request(t, user(1), "h", conv, b"x");
+    hold.retention = RetentionClass::ComplianceHold;
+    commit_fully(store.as_ref(), &hold).await;
+    commit_fully(store.as_ref(), &request(t, user(1), "d", conv, b"x")).await;
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    let q = query(t, conv, user(1), Direction::Newer, None, 10, 1 << 20);
+    assert_eq!(seqs(&store.history_page(&q, &auth).await.unwrap()), vec![1, 2, 3]);
+    clock.advance(EPHEMERAL_MILLIS);
+    let page = store.history_page(&q, &auth).await.unwrap();
+    assert_eq!((seqs(&page), page.earliest_available), (vec![2, 3], Some(ConversationSeq(2))));
+    clock.advance(30 * MILLIS_PER_DAY);
+    let page = store.history_page(&q, &auth).await.unwrap();
+    assert_eq!(
+        (seqs(&page), page.earliest_available),
+        (vec![2], Some(ConversationSeq(2))),
+        "default expired after 30 days, hold stays"
+    );
+}
+
+/// The expiry drain deletes exactly the records whose expiry passed.
+pub async fn gc_expired_history_removes_only_expired_records(h: &dyn MessageHarness) {
+    let clock = clock();
+    let store = h.open(policy(), clock.clone()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut eph = request(t, user(1), "e", conv, b"x");
+    eph.retention = RetentionClass::Ephemeral24h;
+    commit_fully(store.as_ref(), &eph).await;
+    commit_fully(store.as_ref(), &request(t, user(1), "d", conv, b"x")).await;
+    clock.advance(EPHEMERAL_MILLIS + 1);
+    let mut removed = 0;
+    loop {
+        let report = store.gc_expired_history(1000).await.unwrap();
+        removed += report.removed;
+        if report.removed == 0 {
+            break;
+        }
+    }
+    assert!(removed >= 1, "the ephemeral record was drained");
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    let q = query(t, conv, user(1), Direction::Newer, None, 10, 1 << 20);
+    let page = store.history_page(&q, &auth).await.unwrap();
+    assert_eq!((seqs(&page), page.earliest_available), (vec![2], Some(ConversationSeq(2))));
+}
+
+/// Unread counts only others' Normal and Edited messages after the read position.
+pub async fn conversation_summaries_count_unread_from_others(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv, empty) = (fresh_tenant(), fresh_conversation(), fresh_conversation());
+    let viewer = user(1);
+    let kinds = [
+        (user(2), MessageKind::Normal),
+        (viewer, MessageKind::Normal),
+        (user(2), MessageKind::Control),
+        (user(3), MessageKind::Edited),
+        (user(2), MessageKind::Normal),
+    ];
+    for (i, (sender, kind)) in kinds.iter().enumerate() {
+        let mut req = request(t, *sender, &format!("s{i}"), conv, b"x");
+        req.kind = *kind;
+        commit_fully(store.as_ref(), &req).await;
+    }
+    let positions = [
+        ReadPosition { conversation: conv, read_through: ConversationSeq(0) },
+        ReadPosition { conversation: conv, read_through: ConversationSeq(4) },
+        ReadPosition { conversation: empty, read_through: ConversationSeq(0) },
+    ];
+    let got = store.conversation_summaries(t, viewer, &positions).await.unwrap();
+    let view: Vec<_> =
+        got.iter().map(|s| (s.conversation, s.last_seq.map(|q| q.0), s.unread, s.unread_precise)).collect();
+    assert_eq!(view, vec![(conv, Some(5), 3, true), (conv, Some(5), 1, true), (empty, None, 0, true)]);
+}
+
+/// Beyond the precise window the count is the cap, flagged imprecise.
+pub async fn conversation_summaries_cap_beyond_the_precise_window(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let n = UNREAD_PRECISE_LIMIT as u64 + 5;
+    for i in 0..n {
+        commit_fully(store.as_ref(), &request(t, user(2), &format!("s{i}"), conv, b"x")).await;
+    }
+    let at = |read| ReadPosition { conversation: conv, read_through: ConversationSeq(read) };
+    let got = store.conversation_summaries(t, user(1), &[at(0), at(5), at(n - 1)]).await.unwrap();
+    let view: Vec<_> = got.iter().map(|s| (s.last_seq.map(|q| q.0), s.unread, s.unread_precise)).collect();
+    assert_eq!(
+        view,
+        vec![(Some(n), UNREAD_PRECISE_LIMIT, false), (Some(n), UNREAD_PRECISE_LIMIT, true), (Some(n), 1, true)]
+    );
+}
+
+/// Oversized payloads and out-of-range page sizes are InvalidInput; nothing is written.
+pub async fn oversized_and_malformed_requests_are_refused(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let big = request(t, user(1), "big", conv, &vec![0; MAX_PAYLOAD_BYTES + 1]);
+    assert_kind(store.reserve(&big, fresh_message_id()).await, ErrorKind::InvalidInput, "oversized payload");
+    assert_eq!(store.load_commit(&big.key).await.unwrap(), None);
+    let ok =
+        store.reserve(&request(t, user(1), "ok", conv, &vec![0; MAX_PAYLOAD_BYTES]), fresh_message_id()).await.unwrap();
+    assert_eq!(ok.intent.seq, ConversationSeq(1), "the refused request consumed no seq");
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    for items in [0, crate::message::MAX_PAGE_ITEMS + 1] {
+        let q = query(t, conv, user(1), Direction::Older, None, items, 100);
+        assert_kind(store.history_page(&q, &auth).await, ErrorKind::InvalidInput, "max_items out of range");
+    }
+}
+
+/// The same conversation id under another tenant shares nothing.
+pub async fn tenants_are_isolated(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (a, b, conv) = (fresh_tenant(), fresh_tenant(), fresh_conversation());
+    commit_fully(store.as_ref(), &request(a, user(1), "m1", conv, b"secret")).await;
+    let c = store.reserve(&request(b, user(1), "m1", conv, b"other"), fresh_message_id()).await.unwrap();
+    assert_eq!(c.intent.seq, ConversationSeq(1), "tenant b has its own counter and keys");
+    let auth = MembershipAuthorizer::default();
+    auth.admit(b, conv, user(1));
+    let page = store.history_page(&query(b, conv, user(1), Direction::Older, None, 10, 1 << 20), &auth).await.unwrap();
+    assert!(page.records.is_empty(), "tenant b sees none of tenant a's history");
+    let sums = store
+        .conversation_summaries(b, user(2), &[ReadPosition { conversation: conv, read_through: ConversationSeq(0) }])
+        .await
+        .unwrap();
+    assert_eq!((sums[0].last_seq, sums[0].unread), (None, 0));
+}

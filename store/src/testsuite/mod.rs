@@ -1,0 +1,144 @@
+//! The contract suites: one set of tests every `MessageStore` and `MailboxStore` backend runs.
+//!
+//! A backend provides a [`MessageHarness`] / [`MailboxHarness`] (fresh stores on a
+//! [`ManualClock`], plus byte-level sabotage for the corruption tests) and instantiates the suite
+//! with one line:
+//!
+//! ```ignore
+//! qim_store::message_store_contract_suite!(my_backend::harness());
+//! qim_store::mailbox_store_contract_suite!(my_backend::mailbox_harness());
+//! ```
+//!
+//! Tests use fresh tenant ids and shard ids, so backends that share one server between tests do
+//! not collide.
+
+pub mod fixtures;
+pub mod mailbox;
+pub mod message;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::clock::ManualClock;
+use crate::ids::{ConversationId, ConversationSeq, TenantId, UserId};
+use crate::mailbox::{MailboxRetention, MailboxSeq};
+use crate::retention::RetentionPolicy;
+use crate::{MailboxStore, MessageStore};
+
+/// Opens message stores for the contract suite.
+#[async_trait]
+pub trait MessageHarness: Send + Sync {
+    /// A store applying `policy` and reading time from `clock`. Stores opened by one harness may
+    /// share state: tests isolate themselves by tenant.
+    async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore>;
+
+    /// Deletes the stored record of `seq`, leaving its history index entry.
+    async fn remove_record(
+        &self,
+        store: &Arc<dyn MessageStore>,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+    );
+
+    /// Replaces the stored record bytes of `seq`.
+    async fn overwrite_record(
+        &self,
+        store: &Arc<dyn MessageStore>,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+        bytes: Vec<u8>,
+    );
+}
+
+/// Opens mailbox stores for the contract suite.
+#[async_trait]
+pub trait MailboxHarness: Send + Sync {
+    /// A store whose dispatched entries live per `retention`, reading time from `clock`.
+    async fn open(&self, retention: MailboxRetention, clock: Arc<ManualClock>) -> Arc<dyn MailboxStore>;
+
+    /// Replaces the stored bytes of one event group.
+    async fn overwrite_group(
+        &self,
+        store: &Arc<dyn MailboxStore>,
+        tenant: TenantId,
+        user: UserId,
+        seq: MailboxSeq,
+        bytes: Vec<u8>,
+    );
+}
+
+/// Emits one `#[tokio::test]` per message-store contract test, each calling the suite with the
+/// harness expression `$harness`.
+#[macro_export]
+macro_rules! message_store_contract_suite {
+    ($harness:expr) => {
+        $crate::__contract_tests!(
+            message,
+            $harness,
+            reserve_allocates_increasing_seqs_per_conversation,
+            reserve_replay_with_same_bytes_returns_first_commit,
+            reserve_same_key_with_different_bytes_conflicts,
+            load_commit_for_request_compares_bytes,
+            states_move_forward_only_from_their_predecessor,
+            step_with_wrong_message_or_unknown_key_fails,
+            concurrent_reserves_never_share_a_seq,
+            committed_record_reads_back_exactly,
+            scan_recoverable_commits_finds_unfinished_work,
+            gc_committed_auxiliary_waits_for_the_ttl,
+            history_pages_older_and_newer_from_an_anchor,
+            history_page_byte_budget_admits_only_the_first_oversized,
+            history_page_consults_the_authorizer_before_reading,
+            history_page_refuses_missing_or_mismatched_records,
+            history_never_returns_expired_records,
+            gc_expired_history_removes_only_expired_records,
+            conversation_summaries_count_unread_from_others,
+            conversation_summaries_cap_beyond_the_precise_window,
+            oversized_and_malformed_requests_are_refused,
+            tenants_are_isolated,
+        );
+    };
+}
+
+/// Emits one `#[tokio::test]` per mailbox-store contract test, each calling the suite with the
+/// harness expression `$harness`.
+#[macro_export]
+macro_rules! mailbox_store_contract_suite {
+    ($harness:expr) => {
+        $crate::__contract_tests!(
+            mailbox,
+            $harness,
+            append_batch_stores_canonical_groups,
+            append_batch_rejects_duplicate_ordinals_and_writes_nothing,
+            append_batch_replay_is_identical,
+            range_scan_edge_cases,
+            range_scan_cuts_pages_only_at_seq_boundaries,
+            truncate_before_is_monotonic_and_expires_cursors,
+            expired_entries_raise_the_gap_instead_of_leaving_a_silent_hole,
+            replayed_expired_entries_are_not_resurrected,
+            corrupt_group_fails_closed,
+            begin_dispatch_fixes_the_first_receipt,
+            begin_dispatch_rejects_conflicts,
+            chunks_write_entries_and_record_completion,
+            watermark_never_passes_incomplete_work_or_moves_back,
+            duplicate_observations_hold_the_watermark_until_complete,
+            gc_collects_only_dispatches_every_lane_passed,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __contract_tests {
+    ($suite:ident, $harness:expr, $($name:ident),+ $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $name() {
+                let harness = $harness;
+                $crate::testsuite::$suite::$name(&harness).await;
+            }
+        )+
+    };
+}
