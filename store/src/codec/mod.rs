@@ -29,10 +29,15 @@ use bincode::config::{BigEndian, Configuration, Fixint, Limit};
 /// Largest blob any decoder accepts (a 100k-recipient manifest is about 1.6 MB).
 pub const MAX_BLOB_BYTES: usize = 4 * 1024 * 1024;
 
-type Config = Configuration<BigEndian, Fixint, Limit<MAX_BLOB_BYTES>>;
+/// The body format: fixed-width big-endian integers, so every value has exactly one encoding.
+const fn encode_config() -> Configuration<BigEndian, Fixint> {
+    bincode::config::standard().with_big_endian().with_fixed_int_encoding()
+}
 
-const fn config() -> Config {
-    bincode::config::standard().with_big_endian().with_fixed_int_encoding().with_limit::<MAX_BLOB_BYTES>()
+/// The same format, refusing to allocate past [`MAX_BLOB_BYTES`] whatever a length prefix
+/// claims.
+const fn decode_config() -> Configuration<BigEndian, Fixint, Limit<MAX_BLOB_BYTES>> {
+    encode_config().with_limit::<MAX_BLOB_BYTES>()
 }
 
 /// A blob that can not be trusted.
@@ -57,7 +62,7 @@ pub enum CodecError {
         found: u8,
     },
     /// A format version this build does not know.
-    #[error("{what}: unknown format version {0}", .version)]
+    #[error("{what}: unknown format version {version}")]
     UnknownVersion {
         /// What was being decoded.
         what: &'static str,
@@ -92,9 +97,9 @@ pub enum CodecError {
 
 fn encode_blob<T: bincode::Encode>(tag: u8, version: u8, body: &T) -> Vec<u8> {
     let mut out = vec![tag, version];
-    // Encoding into a Vec can not fail for these plain types; the limit only binds decoding
-    // (no encodable domain value reaches it: payloads and recipient lists are capped earlier).
-    bincode::encode_into_std_write(body, &mut out, config())
+    // Writing plain structs of integers, byte arrays, strings and vectors into a Vec has no
+    // failure mode (no limit is set for encoding, and a Vec's writer never errors).
+    bincode::encode_into_std_write(body, &mut out, encode_config())
         .unwrap_or_else(|e| unreachable!("bincode encode into a Vec failed: {e}"));
     out
 }
@@ -114,7 +119,7 @@ fn decode_blob<T: bincode::Decode<()>>(
     if *found_version != version {
         return Err(CodecError::UnknownVersion { what, version: *found_version });
     }
-    let (value, used) = bincode::decode_from_slice(body, config())
+    let (value, used) = bincode::decode_from_slice(body, decode_config())
         .map_err(|e| CodecError::Malformed { what, reason: e.to_string() })?;
     if used != body.len() {
         return Err(CodecError::Trailing { what, extra: body.len() - used });
