@@ -1,0 +1,98 @@
+//! The Kafka, Redis and Scylla addresses our services use name services of the file, enabled in
+//! the profile (and Redpanda advertises the broker address the services use); the Scylla
+//! replication factor and data centre fit the profile's nodes.
+
+use crate::compose::deployment::{OURS, PROFILES};
+use crate::compose::service::{effective, env_of, host_port, redis_host_port};
+use crate::compose::yaml::{flag, scalar_at, words};
+use crate::compose::Compose;
+
+/// The backing-service address problems of `compose` in each profile (empty when there are
+/// none).
+pub fn check(compose: &Compose) -> Vec<String> {
+    let mut problems = Vec::new();
+    for profile in PROFILES {
+        let p = Some(profile.name);
+        let scylla_nodes = compose.scylla_nodes(p);
+        for ours in OURS {
+            if !compose.enabled(ours.service, p) {
+                problems.push(format!("{} is not enabled in profile {}", ours.service, profile.name));
+                continue;
+            }
+            let Some(env) = env_of(compose, ours.service, profile.vars, &mut problems) else {
+                continue;
+            };
+            let value = |name: &str| effective(&env, ours.env, name).unwrap_or_default();
+            let at = |what: &str| format!("{} [{}] {what}", ours.service, profile.name);
+
+            for broker in value("QIM_KAFKA_BROKERS").split(',') {
+                let Some((host, port)) = host_port(broker) else {
+                    problems.push(format!("{}: `{broker}` is not host:port", at("QIM_KAFKA_BROKERS")));
+                    continue;
+                };
+                if !compose.enabled(&host, p) {
+                    problems.push(format!("{}: `{host}` is not a service of the profile", at("QIM_KAFKA_BROKERS")));
+                    continue;
+                }
+                let command = words(compose.ours(&host).get("command"));
+                let advertised: Vec<String> = flag(&command, "--advertise-kafka-addr")
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|a| a.rsplit("://").next().unwrap_or_default().to_owned())
+                    .collect();
+                if !advertised.contains(&format!("{host}:{port}")) {
+                    problems.push(format!(
+                        "{}: {host}:{port} is not among the addresses {host} advertises {advertised:?}; \
+                         clients would be redirected elsewhere",
+                        at("QIM_KAFKA_BROKERS")
+                    ));
+                }
+            }
+
+            let url = value("QIM_REDIS_URL");
+            match redis_host_port(&url) {
+                Some((host, _)) if !compose.enabled(&host, p) => {
+                    problems.push(format!("{}: `{host}` is not a service of the profile", at("QIM_REDIS_URL")))
+                }
+                Some((host, port)) => {
+                    let image = scalar_at(compose.ours(&host), "image").unwrap_or_default();
+                    if !image.starts_with("redis") || port != 6379 {
+                        problems.push(format!(
+                            "{}: {host}:{port} is not a Redis service on 6379 (image `{image}`)",
+                            at("QIM_REDIS_URL")
+                        ));
+                    }
+                }
+                None => problems.push(format!("{}: `{url}` is not a redis:// URL", at("QIM_REDIS_URL"))),
+            }
+
+            for contact in value("QIM_SCYLLA_HOSTS").split(',') {
+                match host_port(contact) {
+                    Some((host, 9042)) if scylla_nodes.contains(&host) => {}
+                    _ => problems.push(format!(
+                        "{}: `{contact}` is not <scylla node of the profile>:9042 (nodes: {scylla_nodes:?})",
+                        at("QIM_SCYLLA_HOSTS")
+                    )),
+                }
+            }
+
+            match value("QIM_SCYLLA_RF").parse::<u32>() {
+                Ok(rf) if rf == profile.rf && rf as usize <= scylla_nodes.len() => {}
+                other => problems.push(format!(
+                    "{}: is {other:?}; profile {} needs {} with {} node(s)",
+                    at("QIM_SCYLLA_RF"),
+                    profile.name,
+                    profile.rf,
+                    scylla_nodes.len()
+                )),
+            }
+            if value("QIM_SCYLLA_DC") != "datacenter1" {
+                problems.push(format!(
+                    "{}: the compose Scylla nodes use SimpleSnitch, whose data centre is datacenter1",
+                    at("QIM_SCYLLA_DC")
+                ));
+            }
+        }
+    }
+    problems
+}

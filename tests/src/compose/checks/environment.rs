@@ -1,0 +1,52 @@
+//! Every variable a service is given is documented in that service's `ENVIRONMENT` table.
+
+use std::collections::BTreeMap;
+
+use qim_store::env::find;
+
+use crate::compose::deployment::{OURS, PROFILES};
+use crate::compose::service::environment;
+use crate::compose::Compose;
+
+/// The environment problems of `compose` in each profile (empty when there are none): an
+/// undocumented or empty variable, an unknown store backend, a variable whose value differs
+/// between services, or an `environment` that can not be read.
+pub fn check(compose: &Compose) -> Vec<String> {
+    let mut problems = Vec::new();
+    for profile in PROFILES {
+        let mut shared: BTreeMap<String, BTreeMap<String, &str>> = BTreeMap::new();
+        for ours in OURS {
+            let env = match environment(compose.ours(ours.service), profile.vars) {
+                Ok(env) => env,
+                Err(e) => {
+                    problems.push(format!("{} [{}]: {e}", ours.service, profile.name));
+                    continue;
+                }
+            };
+            for (name, value) in &env {
+                if find(ours.env, name).is_none() {
+                    problems.push(format!(
+                        "{}: {name} is not documented in {}'s ENVIRONMENT table \
+                         (document it in the service's config.rs first, or drop it)",
+                        ours.service, ours.binary
+                    ));
+                }
+                if value.trim().is_empty() {
+                    problems.push(format!("{} [{}]: {name} is empty", ours.service, profile.name));
+                }
+                shared.entry(name.clone()).or_default().insert(value.clone(), ours.service);
+            }
+            if let Some(backend) = env.get("QIM_STORE_BACKEND") {
+                if backend != "redis" && backend != "scylla" {
+                    problems.push(format!("{}: QIM_STORE_BACKEND={backend}, expected redis or scylla", ours.service));
+                }
+            }
+        }
+        for (name, values) in shared {
+            if values.len() > 1 {
+                problems.push(format!("[{}] {name} differs between services: {values:?}", profile.name));
+            }
+        }
+    }
+    problems
+}

@@ -1,0 +1,123 @@
+//! Start-up order holds in every profile: `depends_on` targets exist and their conditions can
+//! be met, an enabled service never requires a disabled one, and our services wait for the
+//! migration, the topics and Redis, restart and stop gracefully.
+
+use crate::compose::deployment::{MIGRATE, OURS};
+use crate::compose::service::{depends_on, effective, env_of, redis_host_port};
+use crate::compose::yaml::{scalar_at, words};
+use crate::compose::Compose;
+
+/// The start-up order problems of `compose` (empty when there are none), including
+/// healthcheck forms and undeclared named volumes.
+pub fn check(compose: &Compose) -> Vec<String> {
+    let mut problems = Vec::new();
+    if compose.doc().get("version").is_some() {
+        problems.push("the obsolete top-level `version:` key is set".into());
+    }
+    let names = compose.names();
+    let declared_volumes = compose.declared_volumes();
+
+    for name in &names {
+        let service = compose.ours(name);
+        if let Some(health) = service.get("healthcheck") {
+            let test = words(health.get("test"));
+            if !matches!(test.first().map(String::as_str), Some("CMD" | "CMD-SHELL" | "NONE")) {
+                problems.push(format!("{name}: healthcheck.test must start with CMD or CMD-SHELL"));
+            }
+        }
+        for volume in words(service.get("volumes")) {
+            let source = volume.split(':').next().unwrap_or_default();
+            let named = volume.contains(':') && !source.starts_with(['.', '/', '~', '$']);
+            if named && !declared_volumes.contains(source) {
+                problems.push(format!("{name}: volume `{source}` is not declared under top-level `volumes`"));
+            }
+        }
+        for dep in depends_on(service) {
+            let Some(target) = compose.service(&dep.name) else {
+                problems.push(format!("{name}: depends on `{}`, which is not a service", dep.name));
+                continue;
+            };
+            match dep.condition.as_str() {
+                "service_started" => {}
+                "service_healthy" => {
+                    if target.get("healthcheck").is_none() {
+                        problems
+                            .push(format!("{name}: waits for {} to be healthy, but it has no healthcheck", dep.name));
+                    }
+                }
+                "service_completed_successfully" => {
+                    let restart = scalar_at(target, "restart").unwrap_or_else(|| "no".into());
+                    if restart != "no" {
+                        problems
+                            .push(format!("{name}: waits for {} to complete, but it restarts ({restart})", dep.name));
+                    }
+                }
+                other => problems.push(format!("{name}: unknown depends_on condition {other}")),
+            }
+        }
+    }
+
+    // Compose rejects a project in which an enabled service requires a disabled one.
+    for profile in [None, Some("dev"), Some("rf3")] {
+        for name in names.iter().filter(|n| compose.enabled(n, profile)) {
+            for dep in depends_on(compose.ours(name)) {
+                if dep.required && !compose.enabled(&dep.name, profile) {
+                    problems.push(format!(
+                        "profile {profile:?}: {name} requires {}, which the profile does not \
+                         start (`required: false` or a shared profile)",
+                        dep.name
+                    ));
+                }
+            }
+        }
+    }
+
+    // Our services: migrate first, topics created, Redis healthy; restart and graceful stop.
+    let init_services = compose.topic_init_services();
+    for ours in OURS {
+        let service = compose.ours(ours.service);
+        let deps = depends_on(service);
+        let waits_for =
+            |target: &str, condition: &str| deps.iter().any(|d| d.name == target && d.condition == condition);
+        let restart = scalar_at(service, "restart").unwrap_or_default();
+        if !ours.long_running {
+            if restart != "no" {
+                problems.push(format!("{}: a one-shot needs restart: \"no\", has {restart:?}", ours.service));
+            }
+            for node in compose.scylla_nodes(Some("rf3")).iter().chain(&compose.scylla_nodes(Some("dev"))) {
+                if !waits_for(node, "service_healthy") {
+                    problems.push(format!("{}: does not wait for {node} to be healthy", ours.service));
+                }
+            }
+            continue;
+        }
+        if restart != "unless-stopped" {
+            problems.push(format!("{}: restart is {restart:?}, expected unless-stopped", ours.service));
+        }
+        if service.get("stop_grace_period").is_none() {
+            problems.push(format!("{}: no stop_grace_period for the SIGTERM drain", ours.service));
+        }
+        if let Some(signal) = scalar_at(service, "stop_signal") {
+            if signal != "SIGTERM" {
+                problems.push(format!("{}: stop_signal {signal}, expected SIGTERM", ours.service));
+            }
+        }
+        if !waits_for(MIGRATE, "service_completed_successfully") {
+            problems.push(format!("{}: does not wait for {MIGRATE} to complete", ours.service));
+        }
+        for init in &init_services {
+            if !waits_for(init, "service_completed_successfully") {
+                problems.push(format!("{}: does not wait for {init} (topics) to complete", ours.service));
+            }
+        }
+        let env = env_of(compose, ours.service, &[], &mut problems).unwrap_or_default();
+        let redis = effective(&env, ours.env, "QIM_REDIS_URL").and_then(|u| redis_host_port(&u));
+        // A Redis URL naming no service is reported by the backing-services check.
+        if let Some((redis, _)) = redis.filter(|(host, _)| compose.service(host).is_some()) {
+            if !waits_for(&redis, "service_healthy") {
+                problems.push(format!("{}: does not wait for {redis} to be healthy", ours.service));
+            }
+        }
+    }
+    problems
+}

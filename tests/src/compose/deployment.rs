@@ -1,0 +1,91 @@
+//! What the compose deployment must consist of: our services and how each is built and
+//! configured, the profiles and the compose-level variables they set, and the names of the
+//! supporting services the checks look for. The checks in [`super::checks`] compare
+//! `docker-compose.yml` against these tables.
+
+use qim_store::env::EnvVar;
+
+/// One of our services in the compose file.
+pub struct Ours {
+    /// Compose service name.
+    pub service: &'static str,
+    /// Dockerfile target it must be built from.
+    pub target: &'static str,
+    /// The binary that target runs; also its cargo package name.
+    pub binary: &'static str,
+    /// The binary's documented environment.
+    pub env: &'static [&'static [EnvVar]],
+    /// `false` for the one-shot migration, which serves no HTTP and must not restart.
+    pub long_running: bool,
+}
+
+/// Our services, the writer first.
+pub const OURS: &[Ours] = &[
+    Ours {
+        service: "writer",
+        target: "writer",
+        binary: "qim-writer",
+        env: qim_writer::config::ENVIRONMENT,
+        long_running: true,
+    },
+    Ours {
+        service: "archiver",
+        target: "archiver",
+        binary: "qim-archiver",
+        env: qim_archiver::config::ENVIRONMENT,
+        long_running: true,
+    },
+    Ours {
+        service: "mailbox-dispatcher",
+        target: "mailbox-dispatcher",
+        binary: "qim-mailbox-dispatcher",
+        env: qim_mailbox_dispatcher::config::ENVIRONMENT,
+        long_running: true,
+    },
+    Ours {
+        service: "migrate",
+        target: "writer",
+        binary: "qim-writer",
+        env: qim_writer::config::ENVIRONMENT,
+        long_running: false,
+    },
+];
+
+/// The one-shot schema migration every long-running service waits for.
+pub const MIGRATE: &str = "migrate";
+
+/// A Compose profile and the compose-level variables its README command line sets.
+pub struct Profile {
+    /// The profile name (`--profile <name>`).
+    pub name: &'static str,
+    /// The compose-level variables (name, value) the README sets on its command line.
+    pub vars: &'static [(&'static str, &'static str)],
+    /// How many Scylla nodes the profile starts.
+    pub scylla_nodes: usize,
+    /// The replication factor our services must use in it.
+    pub rf: u32,
+}
+
+/// The profiles the README documents.
+pub const PROFILES: &[Profile] = &[
+    Profile { name: "dev", vars: &[], scylla_nodes: 1, rf: 1 },
+    Profile {
+        name: "rf3",
+        vars: &[("SCYLLA_RF", "3"), ("SCYLLA_HOSTS", "scylla-1:9042,scylla-2:9042,scylla-3:9042")],
+        scylla_nodes: 3,
+        rf: 3,
+    },
+];
+
+/// The only variables the compose file may interpolate (compose-level knobs, not container
+/// variables).
+pub const COMPOSE_VARS: &[&str] = &["SCYLLA_RF", "SCYLLA_HOSTS"];
+
+/// The rf3-only service that refuses to start the stack unless `SCYLLA_RF=3`.
+pub const RF3_GUARD: &str = "scylla-rf3-check";
+
+/// Every Scylla node is seeded from this one.
+pub const SCYLLA_SEED: &str = "scylla-1";
+
+/// The command the README must give for the dev profile.
+pub const UP_DEV: &str = "docker compose -f deploy/compose/docker-compose.yml --profile dev up --build";

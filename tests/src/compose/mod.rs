@@ -1,0 +1,77 @@
+//! Reading the production-like deployment in `deploy/compose/` the way Docker Compose and
+//! Docker would, for the `compose_config` drift test.
+//!
+//! Nothing here starts a container or talks to a server: the readers turn files into plain
+//! data, which the checks compare with the code (the only process started is `sh -c`, to run
+//! the rf3 guard script).
+//!
+//! - [`yaml`]: the compose file itself ([`Compose`]), with anchors and `<<` merge keys
+//!   resolved, and the scalar/word helpers used to read its values;
+//! - [`interpolate`]: Compose's `${VAR:-default}` variable interpolation;
+//! - [`service`]: one service's `environment`, `ports` and `depends_on`, and the addresses
+//!   found in its variables;
+//! - [`dockerfile`]: the stages of a multi-stage Dockerfile;
+//! - [`topics`]: the topics a topic-init script creates with `rpk topic create`;
+//! - [`deployment`]: what the deployment must consist of (our services, the profiles);
+//! - [`checks`]: the drift checks themselves, one concern per module, built on the above.
+//!
+//! This module also holds the file access shared by all of them ([`compose_dir`], [`read`])
+//! and the way the test reports what it found ([`report`]).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub mod checks;
+pub mod deployment;
+pub mod dockerfile;
+pub mod interpolate;
+pub mod service;
+pub mod topics;
+pub mod yaml;
+
+pub use yaml::Compose;
+
+/// The workspace root (the directory holding the workspace `Cargo.toml`).
+///
+/// # Panics
+///
+/// If this crate's manifest directory has no parent, i.e. the crate is not inside the
+/// workspace.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests crate lives inside the workspace").to_path_buf()
+}
+
+/// `deploy/compose/` under [`repo_root`]: the compose file, its Dockerfile and README.
+pub fn compose_dir() -> PathBuf {
+    repo_root().join("deploy").join("compose")
+}
+
+/// The whole of the text file at `path`.
+///
+/// # Panics
+///
+/// If the file can not be read (missing, unreadable or not UTF-8); the message names the path.
+#[track_caller]
+pub fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("can not read {}: {e}", path.display()))
+}
+
+/// Fails the test with every problem found (each once, in first-seen order), not just the
+/// first; does nothing when `problems` is empty.
+///
+/// # Panics
+///
+/// When `problems` is not empty, with a message naming the check (`what`), the number of
+/// distinct problems and each of them on its own line.
+#[track_caller]
+pub fn report(what: &str, mut problems: Vec<String>) {
+    let mut seen = BTreeSet::new();
+    problems.retain(|p| seen.insert(p.clone()));
+    assert!(
+        problems.is_empty(),
+        "{what}: {} problem(s) in deploy/compose/:\n  - {}",
+        problems.len(),
+        problems.join("\n  - ")
+    );
+}

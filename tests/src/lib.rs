@@ -1,0 +1,3 @@
+//! qim-tests
+pub mod compose;
+pub mod stack;
