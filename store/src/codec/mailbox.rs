@@ -2,12 +2,12 @@
 
 use bincode::{Decode, Encode};
 
+use super::message::{check_seq, kind_code, kind_from};
 use super::{decode_blob, encode_blob, tag, CodecError};
-use crate::ids::{ConversationId, ConversationSeq, EventId, MessageId, TenantId, UnixMillis, UserId};
+use crate::ids::{ConversationId, EventId, MessageId, TenantId, UnixMillis, UserId};
 use crate::mailbox::{
     DispatchId, DispatchManifest, EventGroup, MailboxEvent, MailboxSeq, MessageRef, ShardId, MAX_GROUP_EVENTS,
 };
-use crate::message::MessageKind;
 
 const V1: u8 = 1;
 
@@ -45,14 +45,6 @@ struct ManifestV1 {
     recipients: Vec<[u8; 16]>,
 }
 
-fn kind_code(k: MessageKind) -> u8 {
-    match k {
-        MessageKind::Normal => 0,
-        MessageKind::Edited => 1,
-        MessageKind::Control => 2,
-    }
-}
-
 fn ref_wire(m: &MessageRef) -> MessageRefV1 {
     MessageRefV1 {
         tenant: m.tenant.0,
@@ -66,17 +58,12 @@ fn ref_wire(m: &MessageRef) -> MessageRefV1 {
 }
 
 fn ref_domain(what: &'static str, w: MessageRefV1) -> Result<MessageRef, CodecError> {
-    let kind = MessageKind::ALL
-        .get(usize::from(w.kind))
-        .copied()
-        .ok_or_else(|| CodecError::Invalid { what, reason: format!("unknown message kind {}", w.kind) })?;
-    if w.seq == 0 || w.seq >> 63 != 0 {
-        return Err(CodecError::Invalid { what, reason: format!("conversation seq {} is out of range", w.seq) });
-    }
+    let kind = kind_from(what, w.kind)?;
+    let seq = check_seq(what, w.seq)?;
     Ok(MessageRef {
         tenant: TenantId(w.tenant),
         conversation: ConversationId(w.conversation),
-        seq: ConversationSeq(w.seq),
+        seq,
         message_id: MessageId(w.message_id),
         sender: UserId(w.sender),
         kind,

@@ -54,7 +54,7 @@ struct RecordV1 {
     payload: Vec<u8>,
 }
 
-fn kind_code(k: MessageKind) -> u8 {
+pub(super) fn kind_code(k: MessageKind) -> u8 {
     match k {
         MessageKind::Normal => 0,
         MessageKind::Edited => 1,
@@ -62,7 +62,7 @@ fn kind_code(k: MessageKind) -> u8 {
     }
 }
 
-fn kind_from(what: &'static str, code: u8) -> Result<MessageKind, CodecError> {
+pub(super) fn kind_from(what: &'static str, code: u8) -> Result<MessageKind, CodecError> {
     MessageKind::ALL
         .get(usize::from(code))
         .copied()
@@ -115,7 +115,7 @@ fn check_payload(what: &'static str, payload: &[u8]) -> Result<(), CodecError> {
     Ok(())
 }
 
-fn check_seq(what: &'static str, seq: u64) -> Result<ConversationSeq, CodecError> {
+pub(super) fn check_seq(what: &'static str, seq: u64) -> Result<ConversationSeq, CodecError> {
     if seq == 0 || seq >> 63 != 0 {
         return Err(CodecError::Invalid { what, reason: format!("conversation seq {seq} is out of range") });
     }
