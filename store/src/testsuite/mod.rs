@@ -4,7 +4,7 @@
 //! [`ManualClock`], plus byte-level sabotage for the corruption tests) and instantiates the suite
 //! with one line:
 //!
-//! ```ignore
+//! ```text
 //! qim_store::message_store_contract_suite!(my_backend::harness());
 //! qim_store::mailbox_store_contract_suite!(my_backend::mailbox_harness());
 //! ```
