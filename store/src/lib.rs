@@ -4,7 +4,7 @@
 //! - Encodings: [`codec`] (versioned, canonical, fail-closed).
 //! - Contracts: [`MessageStore`], [`MailboxStore`], [`HistoryAuthorizer`], with errors in
 //!   [`error`].
-//! - Backends: [`memory`] (the reference model and embedded mode).
+//! - Backends: [`memory`] (the reference model and embedded mode), [`redis`] (the default).
 //! - [`testsuite`] (feature `testsuite`): the contract suites every backend runs.
 
 pub mod clock;
@@ -17,6 +17,7 @@ mod mailbox_store;
 pub mod memory;
 pub mod message;
 mod message_store;
+pub mod redis;
 pub mod retention;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;

@@ -1,0 +1,284 @@
+//! `MailboxStore` on Redis.
+//!
+//! # Key layout
+//!
+//! `ns` is [`RedisConfig::namespace`]. Every key of one user's mailbox shares the hash tag
+//! `{u:<tenant hex><user hex>}`, every key of one shard's dispatch bookkeeping the hash tag
+//! `{d:<shard>}`, so each script touches one slot and runs unchanged on Redis Cluster.
+//!
+//! Per user (`ns:{u:<tenant><user>}:…`):
+//! - `…:meta` HASH: `gen` (a generation bumped by every meta change; the optimistic check-and-set
+//!   token), `trim` and `gap` (decimal `u64` mailbox seqs: the trim and the expired-gap
+//!   boundary), `ledger` (the [`RetentionLedger`](crate::codec::RetentionLedger) blob, format `QRL\x01`). Absent for a clean user.
+//! - `…:groups` HASH: seq (8 big-endian bytes) → event group blob (as encoded, stored as-is).
+//! - `…:seqs` ZSET: the same 8-byte seqs with score 0, read in order by lex range (exact for every
+//!   `u64`, unlike scores).
+//! - `…:exp` ZSET: 8-byte seq → expiry ms. Groups whose expiry has passed are removed by the next
+//!   commit at the same `now` whose ledger already merged their bucket into the gap.
+//!
+//! The three group keys carry a Redis TTL, only ever extended: until the latest live bucket of the
+//! ledger expires (measured on the injected clock) plus one day of slack, so an idle user's
+//! groups leave Redis once all of them expired. The meta never expires: its trim and gap keep
+//! answering `CursorExpired` to old cursors.
+//!
+//! Per shard (`ns:{d:<shard>}:…`):
+//! - `…:disp:<message id hex>` HASH: `manifest` (blob), `canonical` (first offset), `seq`
+//!   (canonical mailbox seq, decimal `u64`), `max` (highest observed offset), `n:<lane>` (chunk
+//!   count of each lane with work, from [`DispatchManifest::chunk_counts`]) and `c:<lane>`
+//!   (completed chunks of the lane).
+//! - `…:disp:<message id hex>:done` SET of completed chunks `<lane>:<index>`;
+//!   `…:disp:<message id hex>:obs` SET of the offsets it was observed at.
+//! - `…:sources` ZSET (member = score = observed offset) and `…:src` HASH (offset → dispatch id
+//!   hex): every observation of the shard log.
+//! - `…:seen` ZSET: dispatch id hex → last observation ms (GC order and cut-off).
+//! - `…:wm` HASH: lane → watermark offset.
+//!
+//! Offsets are below 2^47 (they must fit a mailbox seq), so Lua compares them exactly as numbers;
+//! mailbox seqs are never turned into Lua numbers.
+//!
+//! # Atomicity
+//!
+//! Time always comes from the injected [`Clock`] and is passed to scripts as an argument. The
+//! retention ledger is computed in Rust and applied by `mailbox_commit.lua` only if the user's
+//! meta generation did not move (else re-read and retry): no per-record lock, one script per user
+//! and batch. A batch spanning users is validated whole, and every user's ledger planned, before
+//! the first user is written; users are then committed one script each (not atomically together).
+//! Dispatch bookkeeping is one script per step on the shard's slot; `append_chunk` checks the
+//! stored manifest and then writes the per-user groups like `append_batch`.
+
+mod dispatch;
+mod keys;
+mod reply;
+mod user;
+
+use std::sync::{Arc, LazyLock};
+
+use async_trait::async_trait;
+use redis::aio::ConnectionManager;
+use redis::{Script, Value};
+
+use self::dispatch::not_begun;
+use self::keys::{seq8, ShardKeys, UserKeys};
+use self::reply::number;
+use super::{connect, redis_error, RedisConfig};
+use crate::clock::Clock;
+use crate::codec::encode_manifest;
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{TenantId, UserId};
+use crate::mailbox::{
+    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
+    MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardId,
+};
+use crate::mailbox_store::MailboxStore;
+
+static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_commit.lua")));
+static SCAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_scan.lua")));
+static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_trim.lua")));
+static BEGIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_begin.lua")));
+static MARK_CHUNK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_mark_chunk.lua")));
+static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_progress.lua")));
+static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_advance.lua")));
+static GC: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_gc.lua")));
+
+/// Check-and-set attempts before a contended user meta is reported `Unavailable`.
+const MAX_ATTEMPTS: usize = 64;
+/// Most GC candidates one `gc_completed_dispatches` call inspects (bounds the script's run time).
+const GC_SCAN_CAP: usize = 10_000;
+
+fn redis_err(what: &str, err: redis::RedisError) -> StoreError {
+    redis_error(what, err)
+}
+
+/// `MailboxStore` on Redis. Cheap to clone; clones share one multiplexed connection.
+#[derive(Clone)]
+pub struct RedisMailboxStore {
+    conn: ConnectionManager,
+    ns: String,
+    retention: MailboxRetention,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for RedisMailboxStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisMailboxStore")
+            .field("namespace", &self.ns)
+            .field("retention", &self.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisMailboxStore {
+    /// Connects to `config`; dispatched entries live per `retention`; time comes from `clock`.
+    pub async fn open(
+        config: &RedisConfig,
+        retention: MailboxRetention,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
+        let conn = connect(config).await?;
+        Ok(Self { conn, ns: config.namespace.clone(), retention, clock })
+    }
+
+    /// Test sabotage: replaces a stored event group's bytes (indexing the seq if it was not).
+    #[doc(hidden)]
+    pub async fn sabotage_overwrite_group(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        seq: MailboxSeq,
+        bytes: Vec<u8>,
+    ) -> StoreResult<()> {
+        let keys = UserKeys::new(&self.ns, &tenant, &user);
+        let s = seq8(seq);
+        let mut conn = self.conn.clone();
+        redis::pipe()
+            .atomic()
+            .cmd("HSET")
+            .arg(&keys.groups)
+            .arg(&s[..])
+            .arg(bytes)
+            .ignore()
+            .cmd("ZADD")
+            .arg(&keys.seqs)
+            .arg(0)
+            .arg(&s[..])
+            .ignore()
+            .query_async::<()>(&mut conn)
+            .await
+            .map_err(|e| redis_err("overwriting a mailbox group", e))
+    }
+
+    fn shard_keys(&self, shard: ShardId) -> ShardKeys {
+        ShardKeys::new(&self.ns, shard)
+    }
+}
+
+#[async_trait]
+impl MailboxStore for RedisMailboxStore {
+    async fn append_batch(&self, entries: &[MailboxEntry]) -> StoreResult<()> {
+        let groups = user::canonical_groups(entries)?;
+        let now = self.clock.now();
+        user::write_groups(&mut self.conn.clone(), &self.ns, groups, now).await
+    }
+
+    async fn begin_dispatch(
+        &self,
+        epoch: ShardEpoch,
+        manifest: &DispatchManifest,
+        observed_offset: u64,
+    ) -> StoreResult<DispatchReceipt> {
+        self.begin(epoch, manifest, observed_offset).await
+    }
+
+    async fn append_chunk(
+        &self,
+        receipt: &DispatchReceipt,
+        manifest: &DispatchManifest,
+        chunk: ChunkId,
+    ) -> StoreResult<usize> {
+        let bytes = encode_manifest(manifest);
+        let keys = self.shard_keys(receipt.id.shard);
+        let (row, _, _) = keys.dispatch(&receipt.id.message_id);
+        let mut conn = self.conn.clone();
+        let (stored, seq): (Option<Vec<u8>>, Option<String>) = redis::cmd("HMGET")
+            .arg(&row)
+            .arg("manifest")
+            .arg("seq")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| redis_err("reading a dispatch", e))?;
+        let Some(stored) = stored else { return Err(not_begun(&receipt.id)) };
+        if stored != bytes {
+            return Err(StoreError::DispatchConflict(format!(
+                "chunk of dispatch {} carries a different manifest",
+                receipt.id.message_id
+            )));
+        }
+        let canonical = seq
+            .and_then(|s| s.parse().ok())
+            .and_then(MailboxSeq::from_u64)
+            .ok_or_else(|| StoreError::CorruptEntry(format!("dispatch {} holds a bad seq", receipt.id.message_id)))?;
+        if canonical != receipt.seq {
+            return Err(StoreError::Conflict(format!("receipt seq {} is not the canonical {canonical}", receipt.seq)));
+        }
+        let recipients = manifest.chunk_recipients(chunk);
+        if recipients.is_empty() {
+            return Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)));
+        }
+        let entries: Vec<MailboxEntry> =
+            recipients.iter().map(|u| manifest.entry_for(*u, canonical, &self.retention)).collect();
+        let groups = user::canonical_groups(&entries)?;
+        user::write_groups(&mut conn, &self.ns, groups, self.clock.now()).await?;
+        Ok(entries.len())
+    }
+
+    async fn mark_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
+        self.mark_chunk(dispatch, chunk).await
+    }
+
+    async fn chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool> {
+        let keys = self.shard_keys(dispatch.shard);
+        let (_, done, _) = keys.dispatch(&dispatch.message_id);
+        redis::cmd("SISMEMBER")
+            .arg(&done)
+            .arg(format!("{}:{}", chunk.lane.get(), chunk.index))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_err("reading chunk completion", e))
+    }
+
+    async fn dispatch_progress(&self, dispatch: DispatchId) -> StoreResult<Option<DispatchProgress>> {
+        self.progress(dispatch).await
+    }
+
+    async fn range_scan(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        after: MailboxSeq,
+        up_to: MailboxSeq,
+        max_items: usize,
+    ) -> StoreResult<MailboxPage> {
+        if after.epoch() != up_to.epoch() {
+            return Err(StoreError::InvalidInput(format!("cursor {after} and bound {up_to} are of different epochs")));
+        }
+        if max_items == 0 {
+            return Err(StoreError::InvalidInput("max_items must be at least 1".into()));
+        }
+        if after > up_to {
+            return Ok(MailboxPage { groups: Vec::new(), covered: after });
+        }
+        let now = self.clock.now();
+        let keys = UserKeys::new(&self.ns, &tenant, &user);
+        user::scan(&mut self.conn.clone(), &keys, (tenant, user), after, up_to, max_items, now).await
+    }
+
+    async fn truncate_before(&self, tenant: TenantId, user: UserId, through: MailboxSeq) -> StoreResult<MailboxSeq> {
+        let keys = UserKeys::new(&self.ns, &tenant, &user);
+        user::truncate(&mut self.conn.clone(), &keys, through).await
+    }
+
+    async fn lane_watermark(&self, shard: ShardId, lane: LaneId) -> StoreResult<LaneWatermark> {
+        let keys = self.shard_keys(shard);
+        let raw: Option<String> = redis::cmd("HGET")
+            .arg(&keys.watermarks)
+            .arg(lane.get())
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_err("reading a lane watermark", e))?;
+        let through = raw.map(|r| number(Some(Value::BulkString(r.into_bytes())), "watermark")).transpose()?;
+        Ok(LaneWatermark { shard, lane, through })
+    }
+
+    async fn advance_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
+        self.advance(shard, lane, through).await
+    }
+
+    async fn gc_completed_dispatches(
+        &self,
+        shard: ShardId,
+        seen_before_millis: i64,
+        limit: usize,
+    ) -> StoreResult<usize> {
+        self.gc(shard, seen_before_millis, limit).await
+    }
+}

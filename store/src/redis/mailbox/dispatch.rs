@@ -1,0 +1,199 @@
+//! Dispatch bookkeeping: one script per step on the shard's slot.
+
+use redis::Value;
+
+use super::reply::{bulk, number, status, text};
+use super::{redis_err, RedisMailboxStore, ADVANCE, BEGIN, GC, GC_SCAN_CAP, MARK_CHUNK, PROGRESS};
+use crate::codec::{decode_manifest, encode_manifest};
+use crate::error::{StoreError, StoreResult};
+use crate::mailbox::{
+    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxSeq,
+    ShardEpoch, ShardId,
+};
+
+pub(super) fn not_begun(id: &DispatchId) -> StoreError {
+    StoreError::NotFound(format!("dispatch {}/{} was never begun", id.message_id, id.shard.0))
+}
+
+impl RedisMailboxStore {
+    pub(super) async fn begin(
+        &self,
+        epoch: ShardEpoch,
+        manifest: &DispatchManifest,
+        observed_offset: u64,
+    ) -> StoreResult<DispatchReceipt> {
+        manifest.validate().map_err(StoreError::InvalidInput)?;
+        let seq = MailboxSeq::from_offset(epoch, observed_offset).ok_or_else(|| {
+            StoreError::InvalidInput(format!("offset {observed_offset} is beyond the mailbox seq range"))
+        })?;
+        let bytes = encode_manifest(manifest);
+        let now = self.clock.now().0;
+        let keys = self.shard_keys(manifest.id.shard);
+        let (row, _, obs) = keys.dispatch(&manifest.id.message_id);
+        let mut inv = BEGIN.prepare_invoke();
+        inv.key(&row).key(&obs).key(&keys.sources).key(&keys.src).key(&keys.seen);
+        inv.arg(manifest.id.message_id.to_hex())
+            .arg(&bytes)
+            .arg(observed_offset.to_string())
+            .arg(seq.as_u64().to_string())
+            .arg(now);
+        for (lane, count) in manifest.chunk_counts().iter().enumerate() {
+            if *count > 0 {
+                inv.arg(format!("n:{lane}")).arg(*count);
+            }
+        }
+        let reply: Value =
+            inv.invoke_async(&mut self.conn.clone()).await.map_err(|e| redis_err("beginning a dispatch", e))?;
+        let (code, rest) = status(reply)?;
+        let mut rest = rest.into_iter();
+        match code.as_str() {
+            "ok" => {
+                let canonical_offset = number(rest.next(), "canonical offset")?;
+                let seq = MailboxSeq::from_u64(number(rest.next(), "seq")?)
+                    .ok_or_else(|| StoreError::CorruptEntry("dispatch seq has bit 63 set".into()))?;
+                Ok(DispatchReceipt {
+                    id: manifest.id,
+                    seq,
+                    canonical_offset,
+                    observed_offset,
+                    duplicate: observed_offset != canonical_offset,
+                })
+            }
+            "dispatch_conflict" => {
+                Err(StoreError::DispatchConflict(format!("shard {}: {}", manifest.id.shard.0, text(rest.next()))))
+            }
+            other => Err(StoreError::CorruptEntry(format!("begin_dispatch script answered {other:?}"))),
+        }
+    }
+
+    pub(super) async fn mark_chunk(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
+        let keys = self.shard_keys(dispatch.shard);
+        let (row, done, _) = keys.dispatch(&dispatch.message_id);
+        let reply: Value = MARK_CHUNK
+            .key(&row)
+            .key(&done)
+            .arg(chunk.lane.get())
+            .arg(chunk.index)
+            .arg(format!("{}:{}", chunk.lane.get(), chunk.index))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_err("marking a chunk complete", e))?;
+        match status(reply)?.0.as_str() {
+            "ok" => Ok(()),
+            "not_found" => Err(not_begun(&dispatch)),
+            "invalid" => {
+                Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)))
+            }
+            other => Err(StoreError::CorruptEntry(format!("mark_chunk_completed script answered {other:?}"))),
+        }
+    }
+
+    pub(super) async fn progress(&self, dispatch: DispatchId) -> StoreResult<Option<DispatchProgress>> {
+        let keys = self.shard_keys(dispatch.shard);
+        let (row, done, _) = keys.dispatch(&dispatch.message_id);
+        let reply: Value = PROGRESS
+            .key(&row)
+            .key(&done)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_err("reading dispatch progress", e))?;
+        let Value::Array(items) = reply else {
+            return Err(StoreError::CorruptEntry(format!("dispatch progress script answered {reply:?}")));
+        };
+        if items.is_empty() {
+            return Ok(None);
+        }
+        let mut it = items.into_iter();
+        let bytes = it
+            .next()
+            .and_then(bulk)
+            .ok_or_else(|| StoreError::CorruptEntry(format!("dispatch {} has no manifest", dispatch.message_id)))?;
+        let manifest = decode_manifest(&bytes)?;
+        if manifest.id != dispatch {
+            return Err(StoreError::CorruptEntry(format!(
+                "dispatch {} holds the manifest of {}",
+                dispatch.message_id, manifest.id.message_id
+            )));
+        }
+        let canonical_offset = number(it.next(), "canonical offset")?;
+        let seq = MailboxSeq::from_u64(number(it.next(), "seq")?)
+            .ok_or_else(|| StoreError::CorruptEntry("dispatch seq has bit 63 set".into()))?;
+        let max_observed_offset = number(it.next(), "max observed offset")?;
+        let counts = manifest.chunk_counts();
+        let mut completed = it
+            .map(|v| {
+                let raw = text(Some(v));
+                raw.split_once(':')
+                    .and_then(|(l, i)| Some((LaneId::new(l.parse().ok()?)?, i.parse::<u32>().ok()?)))
+                    .filter(|(lane, index)| *index < counts[lane.get() as usize])
+                    .map(|(lane, index)| ChunkId { lane, index })
+                    .ok_or_else(|| StoreError::CorruptEntry(format!("dispatch holds a bad completed chunk {raw:?}")))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
+        completed.sort_unstable();
+        Ok(Some(DispatchProgress {
+            receipt: DispatchReceipt {
+                id: dispatch,
+                seq,
+                canonical_offset,
+                observed_offset: canonical_offset,
+                duplicate: false,
+            },
+            manifest,
+            max_observed_offset,
+            completed,
+        }))
+    }
+
+    pub(super) async fn advance(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
+        let keys = self.shard_keys(shard);
+        let reply: Value = ADVANCE
+            .key(&keys.watermarks)
+            .key(&keys.sources)
+            .key(&keys.src)
+            .arg(lane.get())
+            .arg(through.to_string())
+            .arg(&keys.dispatch_prefix)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_err("advancing a lane watermark", e))?;
+        let (code, rest) = status(reply)?;
+        let mut rest = rest.into_iter();
+        match code.as_str() {
+            "ok" => Ok(LaneWatermark { shard, lane, through: Some(number(rest.next(), "watermark")?) }),
+            "invalid" => Err(StoreError::InvalidInput(format!(
+                "no dispatch was observed at offset {through} of shard {}",
+                shard.0
+            ))),
+            "conflict" => Err(StoreError::Conflict(format!(
+                "lane {} of shard {} is incomplete at offset {}",
+                lane.get(),
+                shard.0,
+                text(rest.next())
+            ))),
+            "corrupt" => Err(StoreError::CorruptEntry(format!(
+                "source offset {} of shard {} names a dispatch which is gone",
+                text(rest.next()),
+                shard.0
+            ))),
+            other => Err(StoreError::CorruptEntry(format!("advance_watermark script answered {other:?}"))),
+        }
+    }
+
+    pub(super) async fn gc(&self, shard: ShardId, seen_before_millis: i64, limit: usize) -> StoreResult<usize> {
+        let keys = self.shard_keys(shard);
+        let collected: u64 = GC
+            .key(&keys.seen)
+            .key(&keys.watermarks)
+            .key(&keys.sources)
+            .key(&keys.src)
+            .arg(seen_before_millis)
+            .arg(limit)
+            .arg(&keys.dispatch_prefix)
+            .arg(GC_SCAN_CAP)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| redis_err("collecting dispatches", e))?;
+        Ok(usize::try_from(collected).unwrap_or(usize::MAX))
+    }
+}

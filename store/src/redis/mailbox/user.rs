@@ -1,0 +1,417 @@
+//! One user's mailbox: canonical groups, the retention meta (trim, expired-gap boundary, ledger)
+//! and its optimistic check-and-set, range reads and trimming.
+//!
+//! The ledger math runs here, in Rust, over [`RetentionLedger`]; the scripts only apply a result
+//! when the meta generation is still the one it was computed from (else the caller re-reads and
+//! recomputes). Every script that changes the meta bumps the generation. Range reads only need
+//! the trim and the gap unchanged since the cursor was checked against them.
+
+use std::collections::BTreeMap;
+
+use redis::aio::ConnectionManager;
+use redis::Value;
+
+use super::keys::{seq8, UserKeys};
+use super::reply::{bulk, status};
+use super::{redis_err, COMMIT, MAX_ATTEMPTS, SCAN, TRIM};
+use crate::codec::{decode_event_group, encode_event_group, validate_group, RetentionLedger};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
+use crate::mailbox::{EventGroup, MailboxEntry, MailboxPage, MailboxSeq};
+
+/// Most groups one scan script returns.
+const SCAN_BATCH: usize = 256;
+/// Most per-user commit scripts in flight for one batch.
+const MAX_IN_FLIGHT: usize = 32;
+/// Group keys outlive the latest live bucket by this much, so a Redis clock ahead of the
+/// injected one can not drop a group its ledger still counts as live.
+const KEY_SLACK_MILLIS: i64 = MILLIS_PER_DAY;
+
+/// Groups `entries` by `(tenant, user, seq)`, sorts each group's events by (ordinal, event id)
+/// and checks the group rules (the same rules as the memory backend): every entry of a group
+/// carries the same expiry, aligned to the end of a UTC day. Any violation is `InvalidInput` and
+/// nothing is returned.
+pub(super) fn canonical_groups(entries: &[MailboxEntry]) -> StoreResult<Vec<EventGroup>> {
+    let mut by_key: BTreeMap<(TenantId, UserId, MailboxSeq), EventGroup> = BTreeMap::new();
+    for e in entries {
+        if e.expires_at.0.rem_euclid(MILLIS_PER_DAY) != 0 {
+            return Err(StoreError::InvalidInput(format!(
+                "entry expiry {} is not the end of a UTC day",
+                e.expires_at.0
+            )));
+        }
+        let group = by_key.entry((e.tenant, e.user, e.seq)).or_insert_with(|| EventGroup {
+            tenant: e.tenant,
+            user: e.user,
+            seq: e.seq,
+            expires_at: e.expires_at,
+            events: Vec::new(),
+        });
+        if group.expires_at != e.expires_at {
+            return Err(StoreError::InvalidInput(format!("events of mailbox seq {} carry different expiries", e.seq)));
+        }
+        group.events.push(e.event.clone());
+    }
+    by_key
+        .into_values()
+        .map(|mut g| {
+            g.events.sort_by_key(|e| (e.ordinal, e.event_id));
+            validate_group(&g)
+                .map_err(|reason| StoreError::InvalidInput(format!("mailbox seq {} of {}: {reason}", g.seq, g.user)))?;
+            Ok(g)
+        })
+        .collect()
+}
+
+/// A snapshot of one user's meta.
+#[derive(Clone, Debug)]
+pub(super) struct Meta {
+    /// The generation it was read at (`"0"` when the meta does not exist).
+    gen: String,
+    exists: bool,
+    trim: Option<MailboxSeq>,
+    gap: Option<MailboxSeq>,
+    ledger: RetentionLedger,
+}
+
+fn corrupt_meta(keys: &UserKeys, field: &str, why: impl std::fmt::Display) -> StoreError {
+    StoreError::CorruptEntry(format!("mailbox meta {} field {field}: {why}", keys.meta))
+}
+
+fn parse_seq(keys: &UserKeys, field: &str, raw: Option<Vec<u8>>) -> StoreResult<Option<MailboxSeq>> {
+    let Some(raw) = raw else { return Ok(None) };
+    let text = std::str::from_utf8(&raw).map_err(|e| corrupt_meta(keys, field, e))?;
+    let n: u64 = text.parse().map_err(|e| corrupt_meta(keys, field, e))?;
+    MailboxSeq::from_u64(n).map(Some).ok_or_else(|| corrupt_meta(keys, field, "bit 63 is set"))
+}
+
+fn meta_command(keys: &UserKeys) -> redis::Cmd {
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(&keys.meta).arg("gen").arg("trim").arg("gap").arg("ledger");
+    cmd
+}
+
+fn parse_meta(keys: &UserKeys, mut fields: Vec<Option<Vec<u8>>>) -> StoreResult<Meta> {
+    if fields.len() != 4 {
+        return Err(corrupt_meta(keys, "*", format!("HMGET answered {} fields", fields.len())));
+    }
+    let ledger = fields.pop().flatten();
+    let gap = fields.pop().flatten();
+    let trim = fields.pop().flatten();
+    let gen = fields.pop().flatten();
+    let (gen, exists) = match gen {
+        Some(g) => {
+            let g = String::from_utf8(g).map_err(|e| corrupt_meta(keys, "gen", e))?;
+            if g.parse::<u64>().is_err() {
+                return Err(corrupt_meta(keys, "gen", format!("{g:?} is not a number")));
+            }
+            (g, true)
+        }
+        None => ("0".to_owned(), false),
+    };
+    let ledger = match ledger {
+        Some(bytes) => RetentionLedger::decode(&bytes)?,
+        None => RetentionLedger::default(),
+    };
+    Ok(Meta { gen, exists, trim: parse_seq(keys, "trim", trim)?, gap: parse_seq(keys, "gap", gap)?, ledger })
+}
+
+async fn read_meta(conn: &mut ConnectionManager, keys: &UserKeys) -> StoreResult<Meta> {
+    let fields: Vec<Option<Vec<u8>>> =
+        meta_command(keys).query_async(conn).await.map_err(|e| redis_err("reading mailbox meta", e))?;
+    parse_meta(keys, fields)
+}
+
+/// What one user's commit writes.
+struct Plan {
+    /// The new gap, when it rose.
+    gap: Option<MailboxSeq>,
+    ledger: Vec<u8>,
+    /// When the latest live bucket expires (`None`: no bucket is live).
+    live_until: Option<UnixMillis>,
+    /// `(seq, expiry, blob)` of every live group.
+    writes: Vec<(MailboxSeq, UnixMillis, Vec<u8>)>,
+}
+
+impl Plan {
+    fn new(old_gap: Option<MailboxSeq>, gap: Option<MailboxSeq>, ledger: &RetentionLedger) -> Self {
+        Self {
+            gap: if gap != old_gap { gap } else { None },
+            ledger: ledger.encode(),
+            live_until: ledger.items().iter().map(|i| i.expiry).max(),
+            writes: Vec::new(),
+        }
+    }
+
+    /// How long (ms, from `now` on the injected clock) the user's group keys must live at least:
+    /// until the latest live bucket expires, plus [`KEY_SLACK_MILLIS`] for clock skew.
+    fn keep_millis(&self, now: UnixMillis) -> Option<i64> {
+        self.live_until.map(|until| until.0.saturating_sub(now.0).max(0).saturating_add(KEY_SLACK_MILLIS))
+    }
+}
+
+/// The memory backend's `write_groups` for one user: expired buckets raise the gap, expired
+/// groups raise the gap and are not written, live ones are registered in the ledger.
+fn plan(meta: &Meta, groups: &[EventGroup], now: UnixMillis) -> StoreResult<Plan> {
+    let mut ledger = meta.ledger.clone();
+    let mut gap = meta.gap;
+    if let Some(expired) = ledger.take_expired(now) {
+        gap = gap.max(MailboxSeq::from_u64(expired));
+    }
+    let mut writes = Vec::new();
+    for g in groups {
+        if g.expires_at <= now {
+            gap = gap.max(Some(g.seq));
+        } else {
+            ledger.register(g.seq.as_u64(), g.expires_at).map_err(StoreError::InvariantViolation)?;
+            writes.push((g.seq, g.expires_at, encode_event_group(g)));
+        }
+    }
+    Ok(Plan { writes, ..Plan::new(meta.gap, gap, &ledger) })
+}
+
+/// Applies `plan` if the meta is still at `gen`; `false` when it moved (re-read and retry).
+async fn commit(
+    conn: &mut ConnectionManager,
+    keys: &UserKeys,
+    gen: &str,
+    plan: &Plan,
+    now: UnixMillis,
+) -> StoreResult<bool> {
+    let mut inv = COMMIT.prepare_invoke();
+    inv.key(&keys.meta).key(&keys.groups).key(&keys.seqs).key(&keys.exp);
+    inv.arg(gen).arg(plan.gap.map_or(String::new(), |g| g.as_u64().to_string())).arg(&plan.ledger).arg(now.0);
+    inv.arg(plan.keep_millis(now).map_or(String::new(), |ms| ms.to_string()));
+    for (seq, expiry, blob) in &plan.writes {
+        inv.arg(&seq8(*seq)[..]).arg(expiry.0).arg(blob);
+    }
+    let reply: Value = inv.invoke_async(conn).await.map_err(|e| redis_err("committing a mailbox batch", e))?;
+    match status(reply)?.0.as_str() {
+        "ok" => Ok(true),
+        "retry" => Ok(false),
+        other => Err(StoreError::CorruptEntry(format!("mailbox commit answered {other:?}"))),
+    }
+}
+
+/// Writes canonical `groups` (any users): every user's meta is read and planned first, so a
+/// ledger overflow anywhere writes nothing; then one check-and-set script per user (several in
+/// flight). A user whose meta moved in between is re-read and re-planned (a concurrent writer
+/// could then still make that user's ledger overflow after other users of the batch were
+/// written).
+pub(super) async fn write_groups(
+    conn: &mut ConnectionManager,
+    ns: &str,
+    groups: Vec<EventGroup>,
+    now: UnixMillis,
+) -> StoreResult<()> {
+    let mut by_user: BTreeMap<(TenantId, UserId), Vec<EventGroup>> = BTreeMap::new();
+    for g in groups {
+        by_user.entry((g.tenant, g.user)).or_default().push(g);
+    }
+    if by_user.is_empty() {
+        return Ok(());
+    }
+    let users: Vec<(UserKeys, Vec<EventGroup>)> =
+        by_user.into_iter().map(|((t, u), gs)| (UserKeys::new(ns, &t, &u), gs)).collect();
+    let mut pipe = redis::pipe();
+    for (keys, _) in &users {
+        pipe.add_command(meta_command(keys));
+    }
+    let metas: Vec<Vec<Option<Vec<u8>>>> =
+        pipe.query_async(conn).await.map_err(|e| redis_err("reading mailbox meta", e))?;
+    if metas.len() != users.len() {
+        return Err(StoreError::CorruptEntry(format!("{} meta replies for {} users", metas.len(), users.len())));
+    }
+    let mut planned = Vec::with_capacity(users.len());
+    for ((keys, gs), fields) in users.iter().zip(metas) {
+        let meta = parse_meta(keys, fields)?;
+        let p = plan(&meta, gs, now)?;
+        planned.push((meta.gen, p));
+    }
+    // One script per user, several in flight on the multiplexed connection. Dropping this future
+    // aborts the commits not yet sent; each one that ran is whole.
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut first_err = None;
+    for ((keys, gs), (gen, p)) in users.into_iter().zip(planned) {
+        if tasks.len() >= MAX_IN_FLIGHT {
+            if let Some(done) = tasks.join_next().await {
+                keep_first_error(&mut first_err, done);
+            }
+        }
+        let mut conn = conn.clone();
+        tasks.spawn(async move { commit_user(&mut conn, &keys, &gs, gen, p, now).await });
+    }
+    while let Some(done) = tasks.join_next().await {
+        keep_first_error(&mut first_err, done);
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+fn keep_first_error(first: &mut Option<StoreError>, done: Result<StoreResult<()>, tokio::task::JoinError>) {
+    let err = match done {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => e,
+        Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Err(join) => StoreError::Unavailable {
+            message: "a mailbox commit task was cancelled".into(),
+            source: Some(Box::new(join)),
+        },
+    };
+    first.get_or_insert(err);
+}
+
+/// Commits one user's planned groups, re-reading and re-planning while the meta moves.
+async fn commit_user(
+    conn: &mut ConnectionManager,
+    keys: &UserKeys,
+    groups: &[EventGroup],
+    gen: String,
+    first: Plan,
+    now: UnixMillis,
+) -> StoreResult<()> {
+    if commit(conn, keys, &gen, &first, now).await? {
+        return Ok(());
+    }
+    for _ in 1..MAX_ATTEMPTS {
+        let meta = read_meta(conn, keys).await?;
+        let p = plan(&meta, groups, now)?;
+        if commit(conn, keys, &meta.gen, &p, now).await? {
+            return Ok(());
+        }
+    }
+    Err(contended(keys))
+}
+
+fn contended(keys: &UserKeys) -> StoreError {
+    StoreError::Unavailable {
+        message: format!("mailbox meta {} kept changing for {MAX_ATTEMPTS} attempts", keys.meta),
+        source: None,
+    }
+}
+
+/// `range_scan` after the argument checks (same epoch, `max_items >= 1`, `after <= up_to`).
+pub(super) async fn scan(
+    conn: &mut ConnectionManager,
+    keys: &UserKeys,
+    (tenant, user): (TenantId, UserId),
+    after: MailboxSeq,
+    up_to: MailboxSeq,
+    max_items: usize,
+    now: UnixMillis,
+) -> StoreResult<MailboxPage> {
+    'attempt: for _ in 0..MAX_ATTEMPTS {
+        let meta = read_meta(conn, keys).await?;
+        if !meta.exists {
+            return Ok(MailboxPage { groups: Vec::new(), covered: up_to });
+        }
+        let mut gap = meta.gap;
+        let mut ledger = meta.ledger.clone();
+        if let Some(expired) = ledger.take_expired(now) {
+            // Lazy inspection: the expired buckets' highest seqs become the gap boundary.
+            gap = gap.max(MailboxSeq::from_u64(expired));
+            let p = Plan::new(meta.gap, gap, &ledger);
+            if !commit(conn, keys, &meta.gen, &p, now).await? {
+                continue 'attempt;
+            }
+        }
+        if let Some(boundary) = meta.trim.max(gap) {
+            if after < boundary {
+                return Err(StoreError::CursorExpired { earliest: boundary });
+            }
+        }
+        let decimal = |s: Option<MailboxSeq>| s.map_or(String::new(), |s| s.as_u64().to_string());
+        let (trim_text, gap_text) = (decimal(meta.trim), decimal(gap));
+        let mut groups: Vec<EventGroup> = Vec::new();
+        let mut items = 0usize;
+        let mut cursor = after;
+        loop {
+            let want = (max_items - items).min(SCAN_BATCH);
+            let reply: Value = SCAN
+                .key(&keys.meta)
+                .key(&keys.seqs)
+                .key(&keys.groups)
+                .arg(&trim_text)
+                .arg(&gap_text)
+                .arg(&seq8(cursor)[..])
+                .arg(&seq8(up_to)[..])
+                .arg(want)
+                .invoke_async(conn)
+                .await
+                .map_err(|e| redis_err("reading mailbox groups", e))?;
+            let (code, rest) = status(reply)?;
+            match code.as_str() {
+                "ok" => {}
+                "retry" => continue 'attempt,
+                other => return Err(StoreError::CorruptEntry(format!("mailbox scan answered {other:?}"))),
+            }
+            if rest.len() % 2 != 0 {
+                return Err(StoreError::CorruptEntry("mailbox scan answered an odd list".into()));
+            }
+            let found = rest.len() / 2;
+            let mut it = rest.into_iter();
+            while let (Some(s), Some(blob)) = (it.next(), it.next()) {
+                let seq = bulk(s)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .and_then(|b| MailboxSeq::from_u64(u64::from_be_bytes(b)))
+                    .ok_or_else(|| StoreError::CorruptEntry(format!("mailbox index {} holds a bad seq", keys.seqs)))?;
+                let bytes = bulk(blob).ok_or_else(|| {
+                    StoreError::CorruptEntry(format!("mailbox group at {seq} is indexed but has no blob"))
+                })?;
+                let group = decode_event_group(&bytes)?;
+                if group.seq != seq || group.tenant != tenant || group.user != user {
+                    return Err(StoreError::CorruptEntry(format!(
+                        "mailbox group at {seq} belongs to {} at {}",
+                        group.user, group.seq
+                    )));
+                }
+                if group.expires_at <= now {
+                    return Err(StoreError::CorruptEntry(format!(
+                        "expired mailbox group at {seq} above the expired-gap boundary"
+                    )));
+                }
+                items += group.events.len();
+                cursor = seq;
+                groups.push(group);
+                if items >= max_items {
+                    return Ok(MailboxPage { groups, covered: seq });
+                }
+            }
+            if found < want {
+                return Ok(MailboxPage { groups, covered: up_to });
+            }
+        }
+    }
+    Err(contended(keys))
+}
+
+/// `truncate_before`: raises the trim monotonically and removes every group at or below it.
+pub(super) async fn truncate(
+    conn: &mut ConnectionManager,
+    keys: &UserKeys,
+    through: MailboxSeq,
+) -> StoreResult<MailboxSeq> {
+    for _ in 0..MAX_ATTEMPTS {
+        let meta = read_meta(conn, keys).await?;
+        let trim = meta.trim.map_or(through, |t| t.max(through));
+        if meta.exists && meta.trim == Some(trim) {
+            return Ok(trim);
+        }
+        let reply: Value = TRIM
+            .key(&keys.meta)
+            .key(&keys.groups)
+            .key(&keys.seqs)
+            .key(&keys.exp)
+            .arg(&meta.gen)
+            .arg(trim.as_u64().to_string())
+            .arg(&seq8(trim)[..])
+            .invoke_async(conn)
+            .await
+            .map_err(|e| redis_err("trimming a mailbox", e))?;
+        match status(reply)?.0.as_str() {
+            "ok" => return Ok(trim),
+            "retry" => continue,
+            other => return Err(StoreError::CorruptEntry(format!("mailbox trim answered {other:?}"))),
+        }
+    }
+    Err(contended(keys))
+}

@@ -1,0 +1,126 @@
+//! The recovery scan and the two GC drains of [`RedisMessageStore`].
+
+use super::keys::{parse_aux_member, parse_expiry_member};
+use super::scripts::{self, invoke, query, status};
+use super::{aux_due, RedisMessageStore};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::UnixMillis;
+use crate::message::Commit;
+use crate::message_store::{GcReport, COMMIT_AUX_TTL_MILLIS};
+
+impl RedisMessageStore {
+    /// [`crate::MessageStore::scan_recoverable_commits`]: pages through `{recovery}` below the
+    /// cutoff, re-reading each commit and keeping only unfinished ones of that reservation.
+    pub(super) async fn scan_recovery(&self, cutoff: UnixMillis, limit: usize) -> StoreResult<Vec<Commit>> {
+        let mut found = Vec::new();
+        if limit == 0 {
+            return Ok(found);
+        }
+        let batch = limit.clamp(16, 1000);
+        let max = format!("({}", cutoff.0);
+        let mut offset = 0;
+        loop {
+            let members = self.zrange_due(&self.keys.recovery(), &max, offset, batch).await?;
+            for member in &members {
+                let (key, created_at) = parse_aux_member(member)?;
+                // An entry without its commit (a crash or a lost race), of a later reuse of the
+                // key, or of a finished commit is skipped.
+                let Some(stored) = self.load(&key).await? else { continue };
+                if stored.commit.intent.created_at == created_at && stored.commit.state.is_recoverable() {
+                    found.push(stored.commit);
+                    if found.len() == limit {
+                        return Ok(found);
+                    }
+                }
+            }
+            if members.len() < batch {
+                return Ok(found);
+            }
+            offset += batch;
+        }
+    }
+
+    /// [`crate::MessageStore::gc_committed_auxiliary`] on the injected clock.
+    pub(super) async fn gc_auxiliary(&self, limit: usize) -> StoreResult<GcReport> {
+        let now = self.clock.now();
+        let max = now.plus_millis(-COMMIT_AUX_TTL_MILLIS).0.to_string();
+        let mut report = GcReport::default();
+        if limit == 0 {
+            return Ok(report);
+        }
+        // Committed commits past the TTL (committed_at <= now - TTL).
+        for member in self.zrange_due(&self.keys.commit_gc(), &max, 0, limit).await? {
+            let (key, created_at) = parse_aux_member(&member)?;
+            match self.load(&key).await? {
+                Some(s) if s.commit.intent.created_at == created_at && aux_due(&s.commit, now) => {
+                    self.delete_commit(&key, &s.blob).await?;
+                }
+                // Already expired by its safety-net TTL, or the key was reused: nothing to delete.
+                _ => {}
+            }
+            self.zrem(&self.keys.recovery(), &member).await?;
+            self.zrem(&self.keys.commit_gc(), &member).await?;
+            report.removed += 1;
+        }
+        // Recovery entries older than the TTL that lead nowhere (a crash inside reserve, a lost
+        // race, a crash inside mark_committed); entries of unfinished commits stay.
+        let budget = limit - report.removed;
+        if budget == 0 {
+            return Ok(report);
+        }
+        for member in self.zrange_due(&self.keys.recovery(), &max, 0, budget).await? {
+            let (key, created_at) = parse_aux_member(&member)?;
+            match self.load(&key).await? {
+                Some(s) if s.commit.intent.created_at == created_at => {
+                    if !aux_due(&s.commit, now) {
+                        continue;
+                    }
+                    self.delete_commit(&key, &s.blob).await?;
+                    self.zrem(&self.keys.commit_gc(), &member).await?;
+                }
+                _ => {}
+            }
+            self.zrem(&self.keys.recovery(), &member).await?;
+            report.removed += 1;
+        }
+        Ok(report)
+    }
+
+    /// [`crate::MessageStore::gc_expired_history`]: drains `{msghistorygc}` up to now.
+    pub(super) async fn gc_history(&self, limit: usize) -> StoreResult<GcReport> {
+        let now = self.clock.now();
+        let mut report = GcReport::default();
+        if limit == 0 {
+            return Ok(report);
+        }
+        let gc_key = self.keys.history_gc();
+        for member in self.zrange_due(&gc_key, &now.0.to_string(), 0, limit).await? {
+            let (tenant, conversation, seq) = parse_expiry_member(&member)?;
+            let tombstones = self.keys.gc_tombstones(tenant, conversation);
+            let mut invocation = scripts::GC_RECORD.key(self.keys.index(tenant, conversation));
+            invocation.key(self.keys.records(tenant, conversation));
+            invocation.key(self.keys.lower_bound(tenant, conversation)).key(&tombstones).arg(seq.0);
+            let reply = invoke(&self.con, "deleting an expired record", &invocation).await?;
+            let what = format!("history of {conversation}");
+            let (outcome, _) = status("message_gc_record", &what, reply)?;
+            match outcome.as_str() {
+                "removed" | "already" => {
+                    self.zrem(&gc_key, &member).await?;
+                    let srem = redis::cmd("SREM").arg(&tombstones).arg(seq.0).clone();
+                    query::<i64>(&self.con, "removing a drain tombstone", &srem).await?;
+                    report.removed += 1;
+                }
+                "orphan" => {
+                    self.zrem(&gc_key, &member).await?;
+                    report.orphans_cleaned += 1;
+                }
+                other => {
+                    return Err(StoreError::InvariantViolation(format!(
+                        "message_gc_record: unexpected script status {other:?}"
+                    )))
+                }
+            }
+        }
+        Ok(report)
+    }
+}

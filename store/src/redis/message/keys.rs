@@ -1,0 +1,160 @@
+//! The key layout of [`super::RedisMessageStore`] and the members of its global indexes.
+//!
+//! See the module documentation of [`super`] for the whole layout.
+
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UnixMillis, UserId};
+use crate::message::CommitKey;
+
+/// Builds every key of one namespace.
+#[derive(Clone, Debug)]
+pub(super) struct Keys {
+    ns: String,
+}
+
+impl Keys {
+    pub(super) fn new(namespace: &str) -> Self {
+        Self { ns: namespace.to_owned() }
+    }
+
+    /// `<ns>:{c:<tenant hex><conversation hex>}`: the prefix (and hash tag) of a conversation.
+    fn conversation(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        format!("{}:{{c:{}{}}}", self.ns, tenant.to_hex(), conversation.to_hex())
+    }
+
+    /// The highest seq ever issued in the conversation (INCR counter).
+    pub(super) fn seq(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        format!("{}:seq", self.conversation(tenant, conversation))
+    }
+
+    /// The history index: ZSET, member = seq (decimal), score = seq.
+    pub(super) fn index(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        format!("{}:idx", self.conversation(tenant, conversation))
+    }
+
+    /// The records: HASH, field = seq (decimal), value = canonical record blob.
+    pub(super) fn records(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        format!("{}:rec", self.conversation(tenant, conversation))
+    }
+
+    /// The hot-tier lower bound: seqs at or below it were trimmed (absent = 0).
+    pub(super) fn lower_bound(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        format!("{}:lowbound", self.conversation(tenant, conversation))
+    }
+
+    /// Tombstones of the expiry drain: SET of seqs whose record was deleted while their expiry
+    /// member may still exist (a crash between the two steps).
+    pub(super) fn gc_tombstones(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        format!("{}:gcdone", self.conversation(tenant, conversation))
+    }
+
+    /// `<ns>:{k:<tenant hex><sender hex>}:commit:<client id>`: HASH with `req` (request bytes)
+    /// and `commit` (commit blob).
+    pub(super) fn commit(&self, key: &CommitKey) -> String {
+        format!("{}:{{k:{}{}}}:commit:{}", self.ns, key.tenant.to_hex(), key.sender.to_hex(), key.client_message_id)
+    }
+
+    /// `<ns>:{recovery}`: ZSET of unfinished commits, score = created_at ms, member =
+    /// [`aux_member`].
+    pub(super) fn recovery(&self) -> String {
+        format!("{}:{{recovery}}", self.ns)
+    }
+
+    /// `<ns>:{commitgc}`: ZSET of COMMITTED commits, score = committed_at ms, member =
+    /// [`aux_member`].
+    pub(super) fn commit_gc(&self) -> String {
+        format!("{}:{{commitgc}}", self.ns)
+    }
+
+    /// `<ns>:{msghistorygc}`: ZSET of the hot tier's record expiries, score = expiry ms,
+    /// member = [`expiry_member`].
+    pub(super) fn history_gc(&self) -> String {
+        format!("{}:{{msghistorygc}}", self.ns)
+    }
+}
+
+/// The identity of one reservation in the global auxiliary indexes:
+/// `<tenant hex><sender hex>:<created_at ms>:<client id>`. `created_at` tells a reservation
+/// apart from a later reuse of the same key (after the auxiliary TTL) and from a reserver that
+/// lost the race for the key. Sorting members of equal score orders them by key, as the
+/// reference backend does.
+pub(super) fn aux_member(key: &CommitKey, created_at: UnixMillis) -> String {
+    format!("{}{}:{}:{}", key.tenant.to_hex(), key.sender.to_hex(), created_at.0, key.client_message_id)
+}
+
+/// Parses [`aux_member`].
+pub(super) fn parse_aux_member(member: &str) -> StoreResult<(CommitKey, UnixMillis)> {
+    let bad = || StoreError::CorruptEntry(format!("commit index member {member:?} is malformed"));
+    let ids = member.get(..64).ok_or_else(bad)?;
+    let rest = member.get(64..).and_then(|r| r.strip_prefix(':')).ok_or_else(bad)?;
+    let (created, client) = rest.split_once(':').ok_or_else(bad)?;
+    let tenant = TenantId::from_hex(&ids[..32]).map_err(|_| bad())?;
+    let sender = UserId::from_hex(&ids[32..]).map_err(|_| bad())?;
+    let created: i64 = created.parse().map_err(|_| bad())?;
+    let client_message_id = ClientMessageId::new(client).map_err(|_| bad())?;
+    Ok((CommitKey { tenant, sender, client_message_id }, UnixMillis(created)))
+}
+
+/// The expiry index member of one record: `<tenant hex>|<conversation hex>|<seq>`.
+pub(super) fn expiry_member(tenant: TenantId, conversation: ConversationId, seq: ConversationSeq) -> String {
+    format!("{}|{}|{}", tenant.to_hex(), conversation.to_hex(), seq.0)
+}
+
+/// Parses [`expiry_member`].
+pub(super) fn parse_expiry_member(member: &str) -> StoreResult<(TenantId, ConversationId, ConversationSeq)> {
+    let bad = || StoreError::CorruptEntry(format!("history expiry member {member:?} is malformed"));
+    let mut parts = member.split('|');
+    let (Some(t), Some(c), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    let tenant = TenantId::from_hex(t).map_err(|_| bad())?;
+    let conversation = ConversationId::from_hex(c).map_err(|_| bad())?;
+    let seq = parse_seq(s).ok_or_else(bad)?;
+    Ok((tenant, conversation, seq))
+}
+
+/// A seq as stored in members and fields: canonical decimal, 1..2^63.
+pub(super) fn parse_seq(text: &str) -> Option<ConversationSeq> {
+    let seq: u64 = text.parse().ok()?;
+    (seq != 0 && seq >> 63 == 0 && seq.to_string() == text).then_some(ConversationSeq(seq))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_round_trip() {
+        let key = CommitKey {
+            tenant: TenantId([1; 16]),
+            sender: UserId([0xab; 16]),
+            client_message_id: ClientMessageId::new("a:b{c}").unwrap(),
+        };
+        for created in [UnixMillis(0), UnixMillis(-5), UnixMillis(1_790_000_000_000)] {
+            let m = aux_member(&key, created);
+            assert_eq!(parse_aux_member(&m).unwrap(), (key.clone(), created));
+        }
+        let m = expiry_member(TenantId([2; 16]), ConversationId([3; 16]), ConversationSeq(42));
+        assert_eq!(parse_expiry_member(&m).unwrap(), (TenantId([2; 16]), ConversationId([3; 16]), ConversationSeq(42)));
+        for bad in ["", "x|y|z", "0101|0303|1", &format!("{m}|1")] {
+            assert!(parse_expiry_member(bad).is_err(), "{bad}");
+        }
+        for bad in ["0", "01", "-1", "9223372036854775808", "1.0"] {
+            assert_eq!(parse_seq(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_share_hash_tags() {
+        let keys = Keys::new("qim");
+        let (t, c) = (TenantId([1; 16]), ConversationId([2; 16]));
+        let tag = format!("{{c:{}{}}}", t.to_hex(), c.to_hex());
+        for k in
+            [keys.seq(t, c), keys.index(t, c), keys.records(t, c), keys.lower_bound(t, c), keys.gc_tombstones(t, c)]
+        {
+            assert!(k.starts_with(&format!("qim:{tag}:")), "{k}");
+        }
+        assert_eq!(keys.recovery(), "qim:{recovery}");
+        assert_eq!(keys.history_gc(), "qim:{msghistorygc}");
+    }
+}

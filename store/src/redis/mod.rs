@@ -1,0 +1,53 @@
+//! The Redis backend: the default store and the hot tier.
+//!
+//! Atomic steps are Lua scripts kept as `.lua` files under `scripts/` and invoked through
+//! `redis::Script` (EVALSHA, reloaded on NOSCRIPT). Key layout: see [`message`] and [`mailbox`].
+//! Every key of one conversation, and of one user's mailbox, shares a hash tag, so the same
+//! scripts run unchanged on Redis Cluster.
+
+pub mod mailbox;
+pub mod message;
+pub mod seeding;
+
+use redis::aio::ConnectionManager;
+
+use crate::error::StoreError;
+
+/// How to reach Redis and which key namespace to use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `redis://host:port/db`.
+    pub url: String,
+    /// Prefix of every key (`qim` in services; unique per test store).
+    pub namespace: String,
+}
+
+impl RedisConfig {
+    /// Checks the namespace: 1..=64 characters of `[A-Za-z0-9_.-]` (no `{`, `}` or `:`, which
+    /// carry meaning in the key layout).
+    pub fn validate(&self) -> Result<(), String> {
+        let ok = !self.namespace.is_empty()
+            && self.namespace.len() <= 64
+            && self.namespace.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        if !ok {
+            return Err(format!("redis namespace {:?} must be 1..=64 characters of [A-Za-z0-9_.-]", self.namespace));
+        }
+        Ok(())
+    }
+}
+
+/// Opens a self-reconnecting connection (multiplexed: many commands in flight at once).
+pub async fn connect(config: &RedisConfig) -> Result<ConnectionManager, StoreError> {
+    config.validate().map_err(StoreError::InvalidInput)?;
+    let client = redis::Client::open(config.url.as_str())
+        .map_err(|e| StoreError::InvalidInput(format!("redis url {:?}: {e}", config.url)))?;
+    ConnectionManager::new(client)
+        .await
+        .map_err(|e| StoreError::unavailable(format!("connecting to redis at {}", config.url), e))
+}
+
+/// Maps a Redis failure to a store error: I/O, connection and cluster-down failures are
+/// `Unavailable`; a script's `condition failed`/`corrupt` replies are decoded by the callers.
+pub(crate) fn redis_error(what: &str, err: redis::RedisError) -> StoreError {
+    StoreError::unavailable(what.to_owned(), err)
+}

@@ -1,0 +1,36 @@
+-- Records one observation of a dispatch in its shard log (begin_dispatch).
+--
+-- KEYS[1] dispatch HASH (manifest, canonical, seq, max, n:<lane> chunk counts, c:<lane> completed)
+-- KEYS[2] observations SET of this dispatch (offsets)
+-- KEYS[3] sources ZSET of the shard (member = score = offset)
+-- KEYS[4] src HASH of the shard (offset -> dispatch id hex)
+-- KEYS[5] seen ZSET of the shard (dispatch id hex, score = last observation ms)
+-- ARGV[1] dispatch id hex, ARGV[2] manifest blob, ARGV[3] observed offset (decimal),
+-- ARGV[4] seq if this is the first observation (decimal u64), ARGV[5] now ms,
+-- ARGV[6..] pairs 'n:<lane>', chunk count (lanes with work only)
+-- Reply: {'ok', canonical offset, seq} or {'dispatch_conflict', reason}
+local other = redis.call('HGET', KEYS[4], ARGV[3])
+if other and other ~= ARGV[1] then
+  return {'dispatch_conflict', 'offset ' .. ARGV[3] .. ' was already observed as dispatch ' .. other}
+end
+local stored = redis.call('HGET', KEYS[1], 'manifest')
+if stored then
+  if stored ~= ARGV[2] then
+    return {'dispatch_conflict', 'dispatch ' .. ARGV[1] .. ' arrived with a different manifest'}
+  end
+  local max = redis.call('HGET', KEYS[1], 'max')
+  if not max or tonumber(ARGV[3]) > tonumber(max) then
+    redis.call('HSET', KEYS[1], 'max', ARGV[3])
+  end
+else
+  redis.call('HSET', KEYS[1], 'manifest', ARGV[2], 'canonical', ARGV[3], 'seq', ARGV[4], 'max', ARGV[3])
+  for i = 6, #ARGV, 2 do
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+redis.call('SADD', KEYS[2], ARGV[3])
+redis.call('ZADD', KEYS[3], ARGV[3], ARGV[3])
+redis.call('HSET', KEYS[4], ARGV[3], ARGV[1])
+redis.call('ZADD', KEYS[5], ARGV[5], ARGV[1])
+local r = redis.call('HMGET', KEYS[1], 'canonical', 'seq')
+return {'ok', r[1], r[2]}

@@ -1,0 +1,51 @@
+-- Commits one user's retention meta and event groups (append_batch, append_chunk, and the lazy
+-- ledger inspection of range_scan). The ledger math is done by the caller; this script is the
+-- optimistic check-and-set: it applies only if the meta generation is still the one the caller
+-- read, and answers {'retry'} otherwise.
+--
+-- KEYS[1] meta HASH   (gen, trim, gap, ledger)
+-- KEYS[2] groups HASH (seq8 -> event group blob)
+-- KEYS[3] seqs ZSET   (seq8 members, score 0, read by lex range)
+-- KEYS[4] exp ZSET    (seq8 members, score = expiry in ms)
+-- ARGV[1] expected generation ('0' when the meta does not exist)
+-- ARGV[2] new expired-gap boundary (decimal u64) or '' to leave it
+-- ARGV[3] new ledger blob
+-- ARGV[4] now (ms, from the store's clock): groups expired at now are dropped (the ledger the
+--         caller computed at the same now has already merged their buckets into the gap)
+-- ARGV[5] lifetime (ms) the group keys must keep at least: until the latest live bucket expires,
+--         plus a day of slack for clock skew; '' when no bucket is live. Only ever extended, so
+--         an idle user's groups vanish from Redis after everything in them expired (the meta, with
+--         its trim, gap and ledger, stays).
+-- ARGV[6..] triples: seq8, expiry ms, blob
+local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
+if gen ~= ARGV[1] then
+  return {'retry', gen}
+end
+local next_gen = redis.call('HINCRBY', KEYS[1], 'gen', 1)
+redis.call('HSET', KEYS[1], 'ledger', ARGV[3])
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[1], 'gap', ARGV[2])
+end
+local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[4])
+for _, s in ipairs(dead) do
+  redis.call('HDEL', KEYS[2], s)
+  redis.call('ZREM', KEYS[3], s)
+end
+if #dead > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[4])
+end
+for i = 6, #ARGV, 3 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
+  redis.call('ZADD', KEYS[3], 0, ARGV[i])
+  redis.call('ZADD', KEYS[4], ARGV[i + 1], ARGV[i])
+end
+local keep = tonumber(ARGV[5])
+if keep then
+  for k = 2, 4 do
+    local left = redis.call('PTTL', KEYS[k])
+    if left == -1 or (left >= 0 and left < keep) then
+      redis.call('PEXPIRE', KEYS[k], keep)
+    end
+  end
+end
+return {'ok', next_gen}

@@ -1,0 +1,16 @@
+-- Writes one history record and its index entry (same-value overwrite: a retried step writes
+-- the same bytes again).
+--
+-- KEYS[1]  the history index   <ns>:{c:<tenant><conversation>}:idx  (ZSET, member = score = seq)
+-- KEYS[2]  the records         <ns>:{c:<tenant><conversation>}:rec  (HASH seq -> record blob)
+-- ARGV[1]  the seq, decimal
+-- ARGV[2]  the canonical record blob
+--
+-- Replies: {'ok'} | {'corrupt', reason}
+local seq = ARGV[1]
+if not string.match(seq, '^[1-9][0-9]*$') then
+  return {'corrupt', 'seq ' .. seq .. ' is not a positive decimal'}
+end
+redis.call('HSET', KEYS[2], seq, ARGV[2])
+redis.call('ZADD', KEYS[1], seq, seq)
+return {'ok'}

@@ -1,0 +1,367 @@
+//! The `MessageStore` contract suite against Redis, plus Redis-specific checks (script reply
+//! mapping through the real `Script` path, the expiry drain's lower bound and crash retries).
+//!
+//! Needs Redis at `QIM_TEST_REDIS_URL` (default `redis://127.0.0.1:6379/0`); fails, never
+//! skips, when it is missing: start it with `deploy/local/stack up`. Every store opened here
+//! lives in its own key namespace.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use qim_store::clock::ManualClock;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
+use qim_store::message::{CommitRequest, Direction, HistoryQuery};
+use qim_store::redis::message::RedisMessageStore;
+use qim_store::redis::RedisConfig;
+use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
+use qim_store::testsuite::fixtures::{
+    assert_kind, clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer, T0,
+};
+use qim_store::testsuite::message::commit_fully;
+use qim_store::testsuite::MessageHarness;
+use qim_store::{ErrorKind, MessageStore};
+use redis::Commands;
+
+const REDIS_URL_ENV: &str = "QIM_TEST_REDIS_URL";
+const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+
+fn redis_url() -> String {
+    std::env::var(REDIS_URL_ENV).ok().filter(|u| !u.trim().is_empty()).unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
+}
+
+/// Why a test fails when Redis is missing: names Redis, the variable and how to start it.
+fn unreachable(url: &str, err: &dyn std::fmt::Display) -> String {
+    format!(
+        "Redis is unreachable at {url} ({REDIS_URL_ENV}): {err}; start the local stack with `deploy/local/stack up`"
+    )
+}
+
+/// A namespace no other store (in this or another test process) uses.
+fn unique_namespace() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("qimtest_{}_{n}_{nanos}", std::process::id())
+}
+
+/// Deletes every key of the namespaces it was given when dropped (at the end of a test, also
+/// when it panicked), so test runs do not pile up in the shared Redis.
+#[derive(Default)]
+struct Cleanup(Mutex<Vec<String>>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let namespaces = std::mem::take(self.0.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if namespaces.is_empty() {
+            return;
+        }
+        let Ok(client) = redis::Client::open(redis_url().as_str()) else { return };
+        let Ok(mut con) = client.get_connection() else { return };
+        for ns in namespaces {
+            let keys: Vec<String> = match con.scan_match(format!("{ns}:*")) {
+                Ok(iter) => iter.filter_map(Result::ok).collect(),
+                Err(_) => continue,
+            };
+            for chunk in keys.chunks(500) {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(chunk).query(&mut con);
+            }
+        }
+    }
+}
+
+/// Opens a store in a fresh namespace (deleted by `cleanup`), or fails the test naming Redis
+/// and how to start it.
+async fn open_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
+    let url = redis_url();
+    let config = RedisConfig { url: url.clone(), namespace: unique_namespace() };
+    cleanup.0.lock().unwrap().push(config.namespace.clone());
+    match RedisMessageStore::open(&config, policy, clock).await {
+        Ok(store) => store,
+        Err(e) => panic!("{}", unreachable(&url, &e)),
+    }
+}
+
+async fn raw_connection() -> redis::aio::MultiplexedConnection {
+    let url = redis_url();
+    let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| panic!("Redis url {url:?}: {e}"));
+    client.get_multiplexed_async_connection().await.unwrap_or_else(|e| panic!("{}", unreachable(&url, &e)))
+}
+
+/// Opens Redis stores and keeps a typed handle to each, for sabotage.
+#[derive(Default)]
+struct Redis {
+    stores: Mutex<Vec<RedisMessageStore>>,
+    cleanup: Cleanup,
+}
+
+impl Redis {
+    /// The typed store behind the suite's store (harness stores are opened one per test).
+    fn store(&self) -> RedisMessageStore {
+        self.stores.lock().unwrap().last().cloned().expect("a store was opened")
+    }
+}
+
+#[async_trait]
+impl MessageHarness for Redis {
+    async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
+        let store = open_store(policy, clock, &self.cleanup).await;
+        self.stores.lock().unwrap().push(store.clone());
+        Arc::new(store)
+    }
+
+    async fn remove_record(
+        &self,
+        _: &Arc<dyn MessageStore>,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+    ) {
+        self.store().sabotage_remove_record(tenant, conversation, seq).await.expect("sabotage: remove record");
+    }
+
+    async fn overwrite_record(
+        &self,
+        _: &Arc<dyn MessageStore>,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+        bytes: Vec<u8>,
+    ) {
+        self.store().sabotage_overwrite_record(tenant, conversation, seq, bytes).await.expect("sabotage: overwrite");
+    }
+}
+
+mod contract {
+    use super::*;
+    qim_store::message_store_contract_suite!(Redis::default());
+}
+
+fn policy() -> RetentionPolicy {
+    RetentionPolicy::with_default_days(30).expect("30 days is legal")
+}
+
+async fn script_flush(con: &mut redis::aio::MultiplexedConnection) {
+    redis::cmd("SCRIPT").arg("FLUSH").query_async::<()>(con).await.expect("SCRIPT FLUSH");
+}
+
+/// After `SCRIPT FLUSH` the scripts reload themselves (NOSCRIPT → SCRIPT LOAD → EVALSHA), and a
+/// script's own `conflict` reply maps to `Conflict`: two concurrent `put_record`s of one intent
+/// both pass the read-side checks, and the commit CAS script refuses the second.
+#[tokio::test]
+async fn cas_script_conflict_maps_after_script_flush() {
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let t = fresh_tenant();
+    let mut script_conflicts = 0;
+    for attempt in 0..40 {
+        let req = request(t, user(1), &format!("m{attempt}"), fresh_conversation(), b"x");
+        let reserved = store.reserve(&req, fresh_message_id()).await.unwrap();
+        script_flush(&mut con).await;
+        let (a, b) = tokio::join!(store.put_record(&reserved.intent), store.put_record(&reserved.intent));
+        let (ok, err) = match (a, b) {
+            (Ok(c), Err(e)) | (Err(e), Ok(c)) => (c, e),
+            other => panic!("exactly one put_record wins: {other:?}"),
+        };
+        assert_eq!(ok.state, qim_store::message::CommitState::Recorded);
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        if err.to_string().contains("changed since it was read") {
+            script_conflicts += 1;
+            break;
+        }
+    }
+    assert!(script_conflicts > 0, "the CAS script's conflict reply was never reached");
+}
+
+/// The reserve script's `conflict` (a reserver that lost the race to different bytes) and
+/// `exists` (lost to the same bytes) replies, after `SCRIPT FLUSH`: the loser's seq stays a hole.
+#[tokio::test]
+async fn reserve_script_race_replies_map_after_script_flush() {
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let t = fresh_tenant();
+    let (mut saw_conflict, mut saw_exists) = (false, false);
+    for attempt in 0..40 {
+        let conv = fresh_conversation();
+        let mine = request(t, user(1), &format!("r{attempt}"), conv, b"mine");
+        let theirs = CommitRequest { payload: b"theirs".to_vec(), ..mine.clone() };
+        script_flush(&mut con).await;
+        let (a, b) = tokio::join!(store.reserve(&mine, fresh_message_id()), store.reserve(&theirs, fresh_message_id()));
+        match (&a, &b) {
+            (Ok(_), Err(e)) | (Err(e), Ok(_)) => assert_eq!(e.kind(), ErrorKind::Conflict, "{e}"),
+            other => panic!("exactly one reserve wins: {other:?}"),
+        }
+        let next = store
+            .reserve(&request(t, user(2), &format!("next{attempt}"), conv, b"x"), fresh_message_id())
+            .await
+            .unwrap();
+        // Seq 3 means both reached the counter: the conflict came from the script.
+        saw_conflict |= next.intent.seq == ConversationSeq(3);
+        if saw_conflict {
+            break;
+        }
+    }
+    for attempt in 0..40 {
+        let conv = fresh_conversation();
+        let same = request(t, user(1), &format!("s{attempt}"), conv, b"same");
+        script_flush(&mut con).await;
+        let (a, b) = tokio::join!(store.reserve(&same, fresh_message_id()), store.reserve(&same, fresh_message_id()));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a, b, "both reservers get the winner's commit");
+        let next = store
+            .reserve(&request(t, user(2), &format!("after{attempt}"), conv, b"x"), fresh_message_id())
+            .await
+            .unwrap();
+        saw_exists |= next.intent.seq == ConversationSeq(3);
+        if saw_exists {
+            break;
+        }
+    }
+    assert!(saw_conflict, "the reserve script's conflict reply was never reached");
+    assert!(saw_exists, "the reserve script's exists reply was never reached");
+}
+
+/// A commit hash missing its commit blob fails closed.
+#[tokio::test]
+async fn half_written_commit_is_corrupt() {
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let req = request(fresh_tenant(), user(4), "broken", fresh_conversation(), b"x");
+    let hash = store.commit_key(&req.key);
+    redis::cmd("HSET").arg(&hash).arg("req").arg(b"x".as_slice()).query_async::<i64>(&mut con).await.unwrap();
+    assert_kind(store.reserve(&req, fresh_message_id()).await, ErrorKind::CorruptEntry, "reserve");
+    assert_kind(store.load_commit(&req.key).await, ErrorKind::CorruptEntry, "load_commit");
+}
+
+/// ADR-0019 revision 2026-09-27: an expiry member whose record and index are both gone at or
+/// below the conversation's hot-tier lower bound is cleaned and reported; above it, the drain
+/// fails closed.
+#[tokio::test]
+async fn expiry_drain_cleans_orphans_below_the_lower_bound_only() {
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock.clone(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 1..=2 {
+        let mut req = request(t, user(1), &format!("e{i}"), conv, b"x");
+        req.retention = RetentionClass::Ephemeral24h;
+        commit_fully(&store, &req).await;
+    }
+    // A trim took both records and their index entries but (an old build) left the members.
+    for seq in [1u64, 2] {
+        redis::cmd("HDEL").arg(store.record_key(t, conv)).arg(seq).query_async::<i64>(&mut con).await.unwrap();
+        redis::cmd("ZREM").arg(store.index_key(t, conv)).arg(seq).query_async::<i64>(&mut con).await.unwrap();
+    }
+    redis::cmd("SET").arg(store.lower_bound_key(t, conv)).arg(1).query_async::<()>(&mut con).await.unwrap();
+    clock.advance(EPHEMERAL_MILLIS + 1);
+    script_flush(&mut con).await;
+    assert_kind(store.gc_expired_history(10).await, ErrorKind::CorruptEntry, "seq 2 is above the lower bound");
+    redis::cmd("SET").arg(store.lower_bound_key(t, conv)).arg(2).query_async::<()>(&mut con).await.unwrap();
+    let report = store.gc_expired_history(10).await.unwrap();
+    assert_eq!((report.removed, report.orphans_cleaned), (0, 1), "seq 1 was cleaned by the failed pass");
+    assert_eq!(store.gc_expired_history(10).await.unwrap(), Default::default());
+    let left: i64 = redis::cmd("ZCARD").arg(store.history_gc_key()).query_async(&mut con).await.unwrap();
+    assert_eq!(left, 0);
+}
+
+/// A drain that crashed after deleting a record but before removing its expiry member is
+/// retried without failing (the tombstone tells it the record was ours to delete).
+#[tokio::test]
+async fn expiry_drain_retry_after_a_crash_does_not_fail() {
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock.clone(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut req = request(t, user(1), "e", conv, b"x");
+    req.retention = RetentionClass::Ephemeral24h;
+    let committed = commit_fully(&store, &req).await;
+    let expiry = T0.plus_millis(EPHEMERAL_MILLIS).0;
+    let member = format!("{}|{}|1", t.to_hex(), conv.to_hex());
+    let score: Option<i64> =
+        redis::cmd("ZSCORE").arg(store.history_gc_key()).arg(&member).query_async(&mut con).await.unwrap();
+    assert_eq!(score, Some(expiry), "mark_committed registered the expiry: {committed:?}");
+    clock.advance(EPHEMERAL_MILLIS);
+    assert_eq!(store.gc_expired_history(10).await.unwrap().removed, 1);
+    // Put back the state a crash between the record script and the member removal leaves.
+    let gcdone = store.index_key(t, conv).replace(":idx", ":gcdone");
+    redis::cmd("ZADD").arg(store.history_gc_key()).arg(expiry).arg(&member).query_async::<i64>(&mut con).await.unwrap();
+    redis::cmd("SADD").arg(&gcdone).arg(1).query_async::<i64>(&mut con).await.unwrap();
+    assert_eq!(store.gc_expired_history(10).await.unwrap().removed, 1);
+    let left: i64 = redis::cmd("SCARD").arg(&gcdone).query_async(&mut con).await.unwrap();
+    assert_eq!(left, 0, "the tombstone went with the member");
+}
+
+/// A recovery entry left by a crash inside `reserve` (before the commit was written) is skipped
+/// by the scan and removed by the auxiliary GC once older than the TTL.
+#[tokio::test]
+async fn orphan_recovery_entries_are_skipped_then_collected() {
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock.clone(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let t = fresh_tenant();
+    let orphan = format!("{}{}:{}:lost", t.to_hex(), user(1).to_hex(), T0.0);
+    redis::cmd("ZADD").arg(store.recovery_key()).arg(T0.0).arg(&orphan).query_async::<i64>(&mut con).await.unwrap();
+    let pending = store.reserve(&request(t, user(1), "pending", fresh_conversation(), b"x"), fresh_message_id()).await;
+    let pending = pending.unwrap();
+    let found = store.scan_recoverable_commits(T0.plus_millis(1), 10).await.unwrap();
+    assert_eq!(found, vec![pending.clone()]);
+    clock.advance(qim_store::COMMIT_AUX_TTL_MILLIS);
+    let report = store.gc_committed_auxiliary(10).await.unwrap();
+    assert_eq!(report.removed, 1, "only the orphan goes");
+    let members: Vec<String> =
+        redis::cmd("ZRANGE").arg(store.recovery_key()).arg(0).arg(-1).query_async(&mut con).await.unwrap();
+    assert_eq!(members.len(), 1, "the unfinished commit keeps its entry: {members:?}");
+    assert_eq!(store.scan_recoverable_commits(T0.plus_millis(1), 10).await.unwrap(), vec![pending]);
+}
+
+/// History reads skip expired records across batch boundaries and keep the page exact.
+#[tokio::test]
+async fn history_reads_across_batches() {
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock.clone(), &cleanup).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 0..300 {
+        let mut req = request(t, user(1), &format!("b{i}"), conv, b"x");
+        if i < 200 {
+            req.retention = RetentionClass::Ephemeral24h;
+        }
+        commit_fully(&store, &req).await;
+    }
+    clock.advance(EPHEMERAL_MILLIS);
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    let q = |direction, anchor: Option<u64>, max_items| HistoryQuery {
+        tenant: t,
+        conversation: conv,
+        viewer: user(1),
+        direction,
+        anchor: anchor.map(ConversationSeq),
+        max_items,
+        max_bytes: 1 << 20,
+    };
+    let page = store.history_page(&q(Direction::Newer, None, 3), &auth).await.unwrap();
+    let seqs: Vec<u64> = page.records.iter().map(|r| r.seq.0).collect();
+    assert_eq!((seqs, page.earliest_available, page.has_more), (vec![201, 202, 203], Some(ConversationSeq(201)), true));
+    let page = store.history_page(&q(Direction::Older, Some(203), 500), &auth).await.unwrap();
+    let seqs: Vec<u64> = page.records.iter().map(|r| r.seq.0).collect();
+    assert_eq!((seqs, page.has_more), (vec![202, 201], false));
+    let page = store.history_page(&q(Direction::Older, None, 500), &auth).await.unwrap();
+    assert_eq!((page.records.len(), page.has_more), (100, false));
+}
+
+/// Redis missing is `Unavailable`, and the harness names Redis and the stack command.
+#[tokio::test]
+async fn unreachable_redis_is_unavailable() {
+    let config = RedisConfig { url: "redis://127.0.0.1:1/0".to_owned(), namespace: unique_namespace() };
+    let err = RedisMessageStore::open(&config, policy(), clock()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    let message = unreachable(&config.url, &err);
+    assert!(message.contains("Redis") && message.contains("`deploy/local/stack up`"), "{message}");
+}
