@@ -70,16 +70,19 @@ impl Drop for Cleanup {
     }
 }
 
-/// Opens a store in a fresh namespace (deleted by `cleanup`), or fails the test naming Redis
-/// and how to start it.
+/// Opens and seeds a store in a fresh namespace (deleted by `cleanup`), or fails the test naming
+/// Redis and how to start it.
 async fn open_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
     let url = redis_url();
     let config = RedisConfig { url: url.clone(), namespace: unique_namespace() };
     cleanup.0.lock().unwrap().push(config.namespace.clone());
-    match RedisMessageStore::open(&config, policy, clock).await {
+    let store = match RedisMessageStore::open(&config, policy, clock).await {
         Ok(store) => store,
         Err(e) => panic!("{}", unreachable(&url, &e)),
-    }
+    };
+    // A fresh namespace is unseeded: seeding it with no evidence is what a new deployment does.
+    store.reseed(&[]).await.unwrap_or_else(|e| panic!("seeding test namespace {}: {e}", config.namespace));
+    store
 }
 
 async fn raw_connection() -> redis::aio::MultiplexedConnection {

@@ -12,10 +12,13 @@
 //! | `<ns>:{c:<tenant><conversation>}:rec` | HASH | seq (decimal) → canonical record blob |
 //! | `<ns>:{c:<tenant><conversation>}:lowbound` | string | hot-tier lower bound: seqs ≤ it were trimmed (absent = 0) |
 //! | `<ns>:{c:<tenant><conversation>}:gcdone` | SET | seqs the expiry drain deleted whose expiry member may remain |
+//! | `<ns>:{c:<tenant><conversation>}:archived` | string | archived watermark: the trim never passes it (absent = 0) |
+//! | `<ns>:seeded:{<slot tag>}` | string | seed marker of one cluster slot (see [`crate::redis::seeding`]) |
 //! | `<ns>:{k:<tenant><sender>}:commit:<client id>` | HASH | `req` = request bytes, `commit` = commit blob |
 //! | `<ns>:{recovery}` | ZSET | unfinished commits: score = created_at ms, member = `<tenant><sender>:<created_at>:<client id>` |
 //! | `<ns>:{commitgc}` | ZSET | COMMITTED commits: score = committed_at ms, same member |
 //! | `<ns>:{msghistorygc}` | ZSET | hot-tier expiry index: score = expiry ms, member = `<tenant>\|<conversation>\|<seq>` |
+//! | `<ns>:{hotwindow}` | ZSET | records the trim must remove: score = created_at ms, same member (trim-owning stores) |
 //!
 //! Ids are 32 lowercase hex digits. Blobs are the canonical encodings of [`crate::codec`],
 //! stored as they are; idempotency compares them byte for byte. Seqs stay below 2^53 so that
@@ -31,8 +34,10 @@
 //! of them leaves only legal or self-healing state:
 //!
 //! - `reserve`: (a) read the commit: same request bytes → the stored commit, other bytes →
-//!   `Conflict` (no seq consumed); (b) `INCR` the conversation counter: a seq lost to a crash or
-//!   a race stays a hole, which is legal, and is never reissued; (c) add the recovery entry, so
+//!   `Conflict` (no seq consumed); (b) `message_allocate_seq.lua` increments the conversation
+//!   counter, but only while its slot's seed marker exists and the counter was not lost under
+//!   surviving history (else `InvariantViolation`: see [`crate::redis::seeding`]); a seq lost
+//!   to a crash or a race stays a hole, which is legal, and is never reissued; (c) add the recovery entry, so
 //!   a crash after (d) is always found by the recovery scan; (d) `message_reserve.lua` creates
 //!   the commit if the key is free; a reserver that lost the race gets the winner's commit for
 //!   equal bytes, `Conflict` otherwise. A recovery entry without its commit (crash between (c)
@@ -43,7 +48,9 @@
 //!   moves RESERVED → RECORDED only if the commit is still the blob that was read. A crash
 //!   before the CAS leaves RESERVED, and the retried step rewrites the same bytes.
 //! - `mark_outbox_published`: check, then the CAS to OUTBOXED with the publication.
-//! - `mark_committed`: (1) register the expiry in `{msghistorygc}` first (deterministic member
+//! - `mark_committed`: (1) register the expiry in `{msghistorygc}` (unless a trim-owning store
+//!   will trim the record before it expires, ADR-0019 revision 2) and the record in
+//!   `{hotwindow}` first (deterministic member
 //!   and score; the record exists since the commit is past RECORDED), because a repeated
 //!   `mark_committed` after the CAS is a `Conflict` and could never register it; (2) the CAS to
 //!   COMMITTED (plus the safety-net TTL); (3) add to `{commitgc}`; (4) remove the recovery
@@ -55,15 +62,18 @@
 
 mod gc;
 mod history;
+mod hot_tier;
 mod keys;
 mod scripts;
+
+pub use self::hot_tier::{SeqEvidence, TrimReport};
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 
-use self::keys::{aux_member, expiry_member, Keys};
+use self::keys::{aux_member, Keys};
 use self::scripts::{bytes, expect_ok, invoke, query, status};
 use super::{connect, RedisConfig};
 use crate::clock::Clock;
@@ -91,6 +101,8 @@ pub struct RedisMessageStore {
     keys: Keys,
     policy: RetentionPolicy,
     clock: Arc<dyn Clock>,
+    /// `Some(window)` when this store owns the hot-tier trim (see [`Self::with_trim_window`]).
+    trim_window_millis: Option<i64>,
 }
 
 impl std::fmt::Debug for RedisMessageStore {
@@ -160,7 +172,7 @@ impl RedisMessageStore {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let con = connect(config).await?;
-        let store = Self { con, keys: Keys::new(&config.namespace), policy, clock };
+        let store = Self { con, keys: Keys::new(&config.namespace), policy, clock, trim_window_millis: None };
         let _: String = query(&store.con, &format!("pinging redis at {}", config.url), &redis::cmd("PING")).await?;
         Ok(store)
     }
@@ -301,22 +313,10 @@ impl MessageStore for RedisMessageStore {
             return Ok(existing.commit);
         }
         // (b) The seq: once issued it is never issued again, even if what follows fails.
-        let counter = redis::cmd("INCR").arg(self.keys.seq(key.tenant, request.conversation)).clone();
-        let issued: i64 = query(&self.con, "allocating a conversation seq", &counter).await?;
-        let seq = u64::try_from(issued).ok().filter(|s| (1..=MAX_SEQ).contains(s)).ok_or_else(|| {
-            StoreError::InvariantViolation(format!(
-                "conversation {} issued seq {issued}, outside 1..={MAX_SEQ}",
-                request.conversation
-            ))
-        })?;
+        let seq = self.allocate_seq(key.tenant, request.conversation).await?;
         let created_at = self.clock.now();
-        let intent = CommitIntent {
-            request: request.clone(),
-            seq: ConversationSeq(seq),
-            message_id: proposed_id,
-            created_at,
-            publication: None,
-        };
+        let intent =
+            CommitIntent { request: request.clone(), seq, message_id: proposed_id, created_at, publication: None };
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
         // (c) The recovery entry before the commit: a crash after (d) is always recoverable.
         let member = aux_member(key, created_at);
@@ -395,12 +395,9 @@ impl MessageStore for RedisMessageStore {
         expect_message(key, &stored.commit, message_id)?;
         expect_state(key, &stored.commit, CommitState::Outboxed)?;
         let intent = &stored.commit.intent;
-        // (1) The expiry first: after the CAS a repeated step is a Conflict and could not add it.
-        if let Some(expiry) = self.policy.expires_at(intent.request.retention, intent.created_at) {
-            let member = expiry_member(key.tenant, intent.request.conversation, intent.seq);
-            let add = redis::cmd("ZADD").arg(self.keys.history_gc()).arg(expiry.0).arg(member).clone();
-            query::<i64>(&self.con, "registering a record expiry", &add).await?;
-        }
+        // (1) The hot-tier registrations first: after the CAS a repeated step is a Conflict and
+        // could not add them.
+        self.register_hot_tier(intent).await?;
         // (2) The transition, with the safety-net TTL.
         let mut next = stored.commit.clone();
         next.state = CommitState::Committed;

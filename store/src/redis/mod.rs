@@ -9,6 +9,9 @@ pub mod mailbox;
 pub mod message;
 pub mod seeding;
 
+pub use mailbox::RedisMailboxStore;
+pub use message::{RedisMessageStore, SeqEvidence, TrimReport};
+
 use redis::aio::ConnectionManager;
 
 use crate::error::StoreError;

@@ -42,6 +42,23 @@ impl Keys {
         format!("{}:lowbound", self.conversation(tenant, conversation))
     }
 
+    /// The archived watermark: the highest seq the archive holds contiguously (absent = 0).
+    /// The hot-tier trim never passes it.
+    pub(super) fn archived(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        format!("{}:archived", self.conversation(tenant, conversation))
+    }
+
+    /// The seed marker of the slot holding the conversation's counter (see
+    /// [`crate::redis::seeding`]).
+    pub(super) fn seed_marker(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        crate::redis::seeding::marker_for(&self.ns, &self.seq(tenant, conversation))
+    }
+
+    /// The namespace.
+    pub(super) fn namespace(&self) -> &str {
+        &self.ns
+    }
+
     /// Tombstones of the expiry drain: SET of seqs whose record was deleted while their expiry
     /// member may still exist (a crash between the two steps).
     pub(super) fn gc_tombstones(&self, tenant: TenantId, conversation: ConversationId) -> String {
@@ -64,6 +81,12 @@ impl Keys {
     /// [`aux_member`].
     pub(super) fn commit_gc(&self) -> String {
         format!("{}:{{commitgc}}", self.ns)
+    }
+
+    /// `<ns>:{hotwindow}`: ZSET of records the hot-tier trim must eventually remove, score =
+    /// created_at ms, member = [`expiry_member`]. Filled only by a trim-owning store.
+    pub(super) fn hot_window(&self) -> String {
+        format!("{}:{{hotwindow}}", self.ns)
     }
 
     /// `<ns>:{msghistorygc}`: ZSET of the hot tier's record expiries, score = expiry ms,

@@ -2,7 +2,8 @@
 //!
 //! Every script answers a table whose first element is a status: `ok` (or another success
 //! status the caller knows), `conflict` → [`StoreError::Conflict`], `corrupt` →
-//! [`StoreError::CorruptEntry`], `notfound` → [`StoreError::NotFound`], each with a reason.
+//! [`StoreError::CorruptEntry`], `notfound` → [`StoreError::NotFound`], `unseeded` →
+//! [`StoreError::InvariantViolation`] (seq counters must be re-seeded), each with a reason.
 
 use std::sync::LazyLock;
 
@@ -21,6 +22,10 @@ pub(super) static PUT_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_put_record.lua")));
 pub(super) static HISTORY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_history.lua")));
+pub(super) static ALLOCATE_SEQ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/message_allocate_seq.lua")));
+pub(super) static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_raise.lua")));
+pub(super) static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_trim.lua")));
 pub(super) static GC_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_gc_record.lua")));
 
@@ -101,6 +106,10 @@ pub(super) fn status(what: &str, context: &str, value: Value) -> StoreResult<(St
         "conflict" => Err(StoreError::Conflict(reason())),
         "corrupt" => Err(StoreError::CorruptEntry(reason())),
         "notfound" => Err(StoreError::NotFound(reason())),
+        "unseeded" => Err(StoreError::InvariantViolation(format!(
+            "{}; refusing to issue seqs until they are re-seeded from durable evidence",
+            reason()
+        ))),
         _ => Ok((status, rest)),
     }
 }

@@ -1,0 +1,202 @@
+//! The hot tier's own duties (ADR-0019, DESIGN invariant 7): guarded seq allocation, re-seeding
+//! after Redis lost state, the archived watermark, and the trim of the 7-day window.
+
+use super::keys::{expiry_member, parse_expiry_member};
+use super::scripts::{bytes, invoke, query, status, ALLOCATE_SEQ, RAISE, TRIM};
+use super::{RedisMessageStore, MAX_SEQ};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
+use crate::message::CommitIntent;
+use crate::redis::seeding;
+
+/// Durable evidence of the highest seq a conversation has issued (from the archive and from
+/// `qim.messages.v1`), for [`RedisMessageStore::reseed`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SeqEvidence {
+    /// The conversation's tenant.
+    pub tenant: TenantId,
+    /// The conversation.
+    pub conversation: ConversationId,
+    /// The highest seq known to have been issued.
+    pub max_seq: ConversationSeq,
+}
+
+/// What one trim pass did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct TrimReport {
+    /// Records removed from the hot tier.
+    pub trimmed: usize,
+    /// Records past the window that stay because the archive has not reached them.
+    pub waiting_for_archive: usize,
+}
+
+fn reply_number(what: &str, value: Option<&redis::Value>) -> StoreResult<u64> {
+    value
+        .and_then(|v| match v {
+            redis::Value::Int(n) => u64::try_from(*n).ok(),
+            other => bytes(other).and_then(|b| std::str::from_utf8(b).ok()).and_then(|t| t.parse().ok()),
+        })
+        .ok_or_else(|| StoreError::InvariantViolation(format!("{what}: the script did not answer a number")))
+}
+
+impl RedisMessageStore {
+    /// Makes this store the owner of the hot-tier trim with a window of `days`: records older
+    /// than the window are trimmed (once archived) by [`Self::trim_hot_history`], so messages
+    /// whose retention outlives the window by a day or more are not registered in the expiry
+    /// index (ADR-0019, revision of 2026-09-28): the trim removes them first.
+    pub fn with_trim_window(mut self, days: u32) -> Self {
+        self.trim_window_millis = Some(i64::from(days) * MILLIS_PER_DAY);
+        self
+    }
+
+    /// Issues the conversation's next seq through the seed-marker guard.
+    pub(super) async fn allocate_seq(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+    ) -> StoreResult<ConversationSeq> {
+        let mut invocation = ALLOCATE_SEQ.key(self.keys.seq(tenant, conversation));
+        invocation
+            .key(self.keys.seed_marker(tenant, conversation))
+            .key(self.keys.index(tenant, conversation))
+            .key(self.keys.lower_bound(tenant, conversation));
+        let reply = invoke(&self.con, "allocating a conversation seq", &invocation).await?;
+        let (_, rest) = status("message_allocate_seq", &format!("conversation {conversation}"), reply)?;
+        let seq = reply_number("message_allocate_seq", rest.first())?;
+        if !(1..=MAX_SEQ).contains(&seq) {
+            return Err(StoreError::InvariantViolation(format!(
+                "conversation {conversation} issued seq {seq}, outside 1..={MAX_SEQ}"
+            )));
+        }
+        Ok(ConversationSeq(seq))
+    }
+
+    /// At COMMITTED: registers the record's expiry in `{msghistorygc}`, unless a trim-owning
+    /// store will trim it first, and (trim-owning stores) the record in `{hotwindow}`.
+    pub(super) async fn register_hot_tier(&self, intent: &CommitIntent) -> StoreResult<()> {
+        let request = &intent.request;
+        let member = expiry_member(request.key.tenant, request.conversation, intent.seq);
+        if let Some(expiry) = self.policy.expires_at(request.retention, intent.created_at) {
+            let trimmed_first =
+                self.trim_window_millis.is_some_and(|w| expiry.0 - intent.created_at.0 >= w + MILLIS_PER_DAY);
+            if !trimmed_first {
+                let add = redis::cmd("ZADD").arg(self.keys.history_gc()).arg(expiry.0).arg(&member).clone();
+                query::<i64>(&self.con, "registering a record expiry", &add).await?;
+            }
+        }
+        if self.trim_window_millis.is_some() {
+            let add = redis::cmd("ZADD").arg(self.keys.hot_window()).arg(intent.created_at.0).arg(&member).clone();
+            query::<i64>(&self.con, "registering a record for the hot-tier trim", &add).await?;
+        }
+        Ok(())
+    }
+
+    /// Re-seeds the seq counters after Redis lost state (or on a fresh deployment): raises each
+    /// conversation's counter to at least the evidence, then writes every slot's seed marker,
+    /// which lets sends resume. Never lowers a counter; safe to repeat.
+    pub async fn reseed(&self, evidence: &[SeqEvidence]) -> StoreResult<()> {
+        for e in evidence {
+            self.raise(&self.keys.seq(e.tenant, e.conversation), e.max_seq.0, "re-seeding a seq counter").await?;
+        }
+        let mut con = self.con.clone();
+        seeding::write_markers(&mut con, self.keys.namespace(), self.clock.now().0).await
+    }
+
+    /// How many cluster slots lack their seed marker: 0 means sends may proceed; anything else
+    /// means Redis lost state (or was never seeded) and [`Self::reseed`] must run first.
+    pub async fn missing_seed_markers(&self) -> StoreResult<usize> {
+        let mut con = self.con.clone();
+        seeding::missing_markers(&mut con, self.keys.namespace()).await
+    }
+
+    /// Records that the archive holds every seq of the conversation up to `through`. Monotonic:
+    /// a lower value changes nothing. Returns the watermark in force.
+    pub async fn record_archived_watermark(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        through: ConversationSeq,
+    ) -> StoreResult<ConversationSeq> {
+        let key = self.keys.archived(tenant, conversation);
+        self.raise(&key, through.0, "recording an archived watermark").await.map(ConversationSeq)
+    }
+
+    async fn raise(&self, key: &str, value: u64, what: &str) -> StoreResult<u64> {
+        let mut invocation = RAISE.key(key);
+        invocation.arg(value);
+        let reply = invoke(&self.con, what, &invocation).await?;
+        let (_, rest) = status("message_raise", key, reply)?;
+        reply_number("message_raise", rest.first())
+    }
+
+    /// Removes up to `limit` records older than the trim window whose seq the archive has
+    /// reached, with their expiry-index members (ADR-0019, revision of 2026-09-27); records not
+    /// yet archived stay (a stalled archiver stops the trim, it never loses data). A store
+    /// without a trim window trims nothing.
+    ///
+    /// Each record goes in three single-slot steps: record and index (raising the lower
+    /// bound), then its `{msghistorygc}` member, then its `{hotwindow}` member. A crash between
+    /// them leaves a member whose record is gone at or below the lower bound, which the expiry
+    /// drain and the next trim both clean.
+    pub async fn trim_hot_history(&self, limit: usize) -> StoreResult<TrimReport> {
+        let Some(window) = self.trim_window_millis else {
+            return Ok(TrimReport::default());
+        };
+        let cutoff = self.clock.now().0 - window;
+        let mut report = TrimReport::default();
+        let mut offset = 0usize;
+        // Look past records waiting for the archive, but not forever: at most 10 pages a pass.
+        for _ in 0..10 {
+            let page = redis::cmd("ZRANGEBYSCORE")
+                .arg(self.keys.hot_window())
+                .arg("-inf")
+                .arg(format!("({cutoff}"))
+                .arg("LIMIT")
+                .arg(offset)
+                .arg(limit.max(1))
+                .clone();
+            let members: Vec<String> = query(&self.con, "reading the hot-tier trim window", &page).await?;
+            if members.is_empty() {
+                break;
+            }
+            for member in &members {
+                let (tenant, conversation, seq) = parse_expiry_member(member)?;
+                if self.trim_one(tenant, conversation, seq).await? {
+                    for zset in [self.keys.history_gc(), self.keys.hot_window()] {
+                        let rem = redis::cmd("ZREM").arg(zset).arg(member).clone();
+                        query::<i64>(&self.con, "removing a trimmed record's index members", &rem).await?;
+                    }
+                    report.trimmed += 1;
+                    if report.trimmed >= limit {
+                        return Ok(report);
+                    }
+                } else {
+                    report.waiting_for_archive += 1;
+                    offset += 1;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Trims one record if archived; `false` when the archive has not reached it.
+    async fn trim_one(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+    ) -> StoreResult<bool> {
+        let mut invocation = TRIM.key(self.keys.records(tenant, conversation));
+        invocation
+            .key(self.keys.index(tenant, conversation))
+            .key(self.keys.lower_bound(tenant, conversation))
+            .key(self.keys.archived(tenant, conversation))
+            .arg(seq.0.to_string());
+        let reply = invoke(&self.con, "trimming a hot-tier record", &invocation).await?;
+        match status("message_trim", &format!("conversation {conversation} seq {seq}"), reply)?.0.as_str() {
+            "trimmed" => Ok(true),
+            "unarchived" => Ok(false),
+            other => Err(StoreError::InvariantViolation(format!("message_trim: unexpected script status {other:?}"))),
+        }
+    }
+}

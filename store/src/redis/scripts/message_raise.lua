@@ -1,0 +1,14 @@
+-- Raises a counter-like key to at least ARGV[1] (never lowers it): re-seeding a seq counter
+-- from durable evidence, or moving an archived watermark forward.
+--
+-- KEYS[1]  the key (a decimal integer, absent = 0)
+-- ARGV[1]  the value to reach
+--
+-- Replies: {'ok', value in force afterwards}
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local wanted = tonumber(ARGV[1])
+if wanted > current then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return {'ok', ARGV[1]}
+end
+return {'ok', tostring(current)}

@@ -1,0 +1,218 @@
+//! The Redis hot tier's own duties, each test on a private `redis-server` (flushed, restarted,
+//! or inspected key by key, so never the shared one): no seq reissued after Redis loses state,
+//! re-seeding from durable evidence, AOF restarts, and the ADR-0019 trim and expiry rules.
+
+#[path = "support/private_redis.rs"]
+mod private_redis;
+
+use std::sync::Arc;
+
+use private_redis::PrivateRedis;
+use qim_store::clock::ManualClock;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
+use qim_store::message::{CommitState, Direction, HistoryQuery};
+use qim_store::redis::{RedisConfig, RedisMessageStore, SeqEvidence};
+use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
+use qim_store::testsuite::fixtures::{
+    assert_kind, clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer,
+};
+use qim_store::testsuite::message::commit_fully;
+use qim_store::{ErrorKind, MessageStore};
+
+async fn open(redis: &PrivateRedis, days: u32, clock: Arc<ManualClock>) -> RedisMessageStore {
+    let config = RedisConfig { url: redis.url(), namespace: "qim".into() };
+    let policy = RetentionPolicy::with_default_days(days).expect("legal days");
+    RedisMessageStore::open(&config, policy, clock).await.expect("private redis answers")
+}
+
+async fn raw(redis: &PrivateRedis) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(redis.url()).expect("url");
+    client.get_multiplexed_async_connection().await.expect("private redis answers")
+}
+
+async fn send(store: &RedisMessageStore, tenant: TenantId, conv: ConversationId, id: &str) -> u64 {
+    commit_fully(store, &request(tenant, user(1), id, conv, b"hello")).await.intent.seq.0
+}
+
+async fn history_seqs(store: &RedisMessageStore, tenant: TenantId, conv: ConversationId) -> (Vec<u64>, Option<u64>) {
+    let auth = MembershipAuthorizer::default();
+    auth.admit(tenant, conv, user(1));
+    let q = HistoryQuery {
+        tenant,
+        conversation: conv,
+        viewer: user(1),
+        direction: Direction::Newer,
+        anchor: None,
+        max_items: 100,
+        max_bytes: 1 << 20,
+    };
+    let page = store.history_page(&q, &auth).await.expect("history");
+    (page.records.iter().map(|r| r.seq.0).collect(), page.earliest_available.map(|s| s.0))
+}
+
+#[tokio::test]
+async fn an_unseeded_store_refuses_sends_until_reseeded() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    assert_eq!(store.missing_seed_markers().await.unwrap(), qim_store::redis::seeding::SLOTS);
+    let req = request(t, user(1), "m1", conv, b"x");
+    assert_kind(store.reserve(&req, fresh_message_id()).await, ErrorKind::InvariantViolation, "unseeded");
+    store.reseed(&[]).await.unwrap();
+    assert_eq!(store.missing_seed_markers().await.unwrap(), 0);
+    assert_eq!(send(&store, t, conv, "m1").await, 1);
+}
+
+#[tokio::test]
+async fn a_flush_mid_run_stops_sends_and_reseeding_resumes_above_the_evidence() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 1..=5 {
+        assert_eq!(send(&store, t, conv, &format!("m{i}")).await, i);
+    }
+    redis::cmd("FLUSHALL").query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    let next = request(t, user(1), "m6", conv, b"x");
+    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "after a flush");
+    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "still refused");
+    // The writer's recovery finds seq 5 in the archive / qim.messages.v1 and re-seeds.
+    let evidence = SeqEvidence { tenant: t, conversation: conv, max_seq: ConversationSeq(5) };
+    store.reseed(&[evidence]).await.unwrap();
+    assert_eq!(send(&store, t, conv, "m6").await, 6, "no seq at or below the evidence is reissued");
+    store.reseed(&[SeqEvidence { max_seq: ConversationSeq(2), ..evidence }]).await.unwrap();
+    assert_eq!(send(&store, t, conv, "m7").await, 7, "re-seeding never lowers a counter");
+}
+
+#[tokio::test]
+async fn a_lost_counter_under_surviving_history_is_refused() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    send(&store, t, conv, "m1").await;
+    redis::cmd("DEL").arg(store.seq_key(t, conv)).query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    let next = request(t, user(1), "m2", conv, b"x");
+    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "counter lost");
+    let other = fresh_conversation();
+    assert_eq!(send(&store, t, other, "n1").await, 1, "a new conversation is not affected");
+}
+
+#[tokio::test]
+async fn an_aof_restart_loses_nothing_acknowledged() {
+    let mut redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut acknowledged = Vec::new();
+    for i in 1..=20 {
+        let req = request(t, user(1), &format!("m{i}"), conv, b"payload");
+        acknowledged.push((req.clone(), commit_fully(&store, &req).await));
+    }
+    redis.restart();
+    let store = open(&redis, 30, clock()).await;
+    for (req, committed) in &acknowledged {
+        let after = store.load_commit(&req.key).await.unwrap().expect("acknowledged commit survives");
+        assert_eq!(&after, committed);
+        assert_eq!(store.reserve(req, fresh_message_id()).await.unwrap(), *committed, "a retry gets the same answer");
+    }
+    assert_eq!(history_seqs(&store, t, conv).await.0, (1..=20).collect::<Vec<_>>());
+    assert_eq!(store.missing_seed_markers().await.unwrap(), 0, "markers survive with the data");
+    assert_eq!(send(&store, t, conv, "m21").await, 21);
+}
+
+#[tokio::test]
+async fn the_trim_stops_at_the_archived_watermark() {
+    let redis = PrivateRedis::start();
+    let clock = clock();
+    let store = open(&redis, 30, clock.clone()).await.with_trim_window(7);
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 1..=5 {
+        send(&store, t, conv, &format!("m{i}")).await;
+    }
+    assert_eq!(store.trim_hot_history(100).await.unwrap().trimmed, 0, "inside the window");
+    clock.advance(7 * MILLIS_PER_DAY + 1);
+    let report = store.trim_hot_history(100).await.unwrap();
+    assert_eq!((report.trimmed, report.waiting_for_archive), (0, 5), "nothing archived: nothing trimmed");
+    assert_eq!(store.record_archived_watermark(t, conv, ConversationSeq(3)).await.unwrap(), ConversationSeq(3));
+    assert_eq!(store.record_archived_watermark(t, conv, ConversationSeq(2)).await.unwrap(), ConversationSeq(3));
+    let report = store.trim_hot_history(100).await.unwrap();
+    assert_eq!((report.trimmed, report.waiting_for_archive), (3, 2));
+    assert_eq!(history_seqs(&store, t, conv).await, (vec![4, 5], Some(4)));
+    store.record_archived_watermark(t, conv, ConversationSeq(5)).await.unwrap();
+    assert_eq!(store.trim_hot_history(100).await.unwrap().trimmed, 2);
+    assert_eq!(history_seqs(&store, t, conv).await, (vec![], None));
+    assert_eq!(store.trim_hot_history(100).await.unwrap(), Default::default(), "nothing left to trim");
+}
+
+#[tokio::test]
+async fn the_trim_owner_registers_expiry_only_for_records_expiring_inside_the_window() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await.with_trim_window(7);
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    send(&store, t, conv, "default").await;
+    let mut eph = request(t, user(1), "eph", conv, b"x");
+    eph.retention = RetentionClass::Ephemeral24h;
+    let eph = commit_fully(&store, &eph).await;
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(store.history_gc_key())
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw(&redis).await)
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 1, "only the ephemeral record is registered: {members:?}");
+    assert!(members[0].ends_with(&format!("|{}", eph.intent.seq.0)));
+    // A store that does not own the trim registers every expiring record.
+    let plain = open(&redis, 30, clock()).await;
+    send(&plain, t, conv, "default-2").await;
+    let count: usize =
+        redis::cmd("ZCARD").arg(plain.history_gc_key()).query_async(&mut raw(&redis).await).await.unwrap();
+    assert_eq!(count, 2);
+}
+
+#[tokio::test]
+async fn a_trimmed_record_leaves_no_expiry_member_to_stall_the_drain() {
+    // ADR-0019 revision of 2026-09-27: a 7-day retention equals the 7-day window, so the record
+    // is registered for expiry and trimmed at the same age; the trim must take the member too.
+    let redis = PrivateRedis::start();
+    let clock = clock();
+    let store = open(&redis, 7, clock.clone()).await.with_trim_window(7);
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    send(&store, t, conv, "m1").await;
+    send(&store, t, conv, "m2").await;
+    store.record_archived_watermark(t, conv, ConversationSeq(2)).await.unwrap();
+    clock.advance(7 * MILLIS_PER_DAY + 1);
+    assert_eq!(store.trim_hot_history(100).await.unwrap().trimmed, 2);
+    let left: usize =
+        redis::cmd("ZCARD").arg(store.history_gc_key()).query_async(&mut raw(&redis).await).await.unwrap();
+    assert_eq!(left, 0, "the trim removed the expiry members");
+    let drained = store.gc_expired_history(100).await.expect("the drain does not trip on trimmed records");
+    assert_eq!(drained.removed, 0);
+}
+
+#[tokio::test]
+async fn the_drain_removes_expired_records_in_batches() {
+    let redis = PrivateRedis::start();
+    let clock = clock();
+    let store = open(&redis, 30, clock.clone()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 0..7 {
+        let mut eph = request(t, user(1), &format!("e{i}"), conv, b"x");
+        eph.retention = RetentionClass::Ephemeral24h;
+        let c = commit_fully(&store, &eph).await;
+        assert_eq!(c.state, CommitState::Committed);
+    }
+    send(&store, t, conv, "keep").await;
+    clock.advance(EPHEMERAL_MILLIS);
+    let mut removed = Vec::new();
+    for _ in 0..4 {
+        removed.push(store.gc_expired_history(3).await.unwrap().removed);
+    }
+    assert_eq!(removed, vec![3, 3, 1, 0]);
+    assert_eq!(history_seqs(&store, t, conv).await, (vec![8], Some(8)));
+}
