@@ -5,7 +5,6 @@
 //! skips, when it is missing: start it with `deploy/local/stack up`. Every store opened here
 //! lives in its own key namespace.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -21,61 +20,18 @@ use qim_store::testsuite::fixtures::{
 use qim_store::testsuite::message::commit_fully;
 use qim_store::testsuite::MessageHarness;
 use qim_store::{ErrorKind, MessageStore};
-use redis::Commands;
 
-const REDIS_URL_ENV: &str = "QIM_TEST_REDIS_URL";
-const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+#[path = "support/shared_redis.rs"]
+mod shared_redis;
 
-fn redis_url() -> String {
-    std::env::var(REDIS_URL_ENV).ok().filter(|u| !u.trim().is_empty()).unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
-}
-
-/// Why a test fails when Redis is missing: names Redis, the variable and how to start it.
-fn unreachable(url: &str, err: &dyn std::fmt::Display) -> String {
-    format!(
-        "Redis is unreachable at {url} ({REDIS_URL_ENV}): {err}; start the local stack with `deploy/local/stack up`"
-    )
-}
-
-/// A namespace no other store (in this or another test process) uses.
-fn unique_namespace() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("qimtest_{}_{n}_{nanos}", std::process::id())
-}
-
-/// Deletes every key of the namespaces it was given when dropped (at the end of a test, also
-/// when it panicked), so test runs do not pile up in the shared Redis.
-#[derive(Default)]
-struct Cleanup(Mutex<Vec<String>>);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let namespaces = std::mem::take(self.0.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
-        if namespaces.is_empty() {
-            return;
-        }
-        let Ok(client) = redis::Client::open(redis_url().as_str()) else { return };
-        let Ok(mut con) = client.get_connection() else { return };
-        for ns in namespaces {
-            let keys: Vec<String> = match con.scan_match(format!("{ns}:*")) {
-                Ok(iter) => iter.filter_map(Result::ok).collect(),
-                Err(_) => continue,
-            };
-            for chunk in keys.chunks(500) {
-                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(chunk).query(&mut con);
-            }
-        }
-    }
-}
+use shared_redis::{unique_namespace, unreachable, url as redis_url, Cleanup};
 
 /// Opens and seeds a store in a fresh namespace (deleted by `cleanup`), or fails the test naming
 /// Redis and how to start it.
 async fn open_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
     let url = redis_url();
     let config = RedisConfig { url: url.clone(), namespace: unique_namespace() };
-    cleanup.0.lock().unwrap().push(config.namespace.clone());
+    cleanup.register(&config.namespace);
     let store = match RedisMessageStore::open(&config, policy, clock).await {
         Ok(store) => store,
         Err(e) => panic!("{}", unreachable(&url, &e)),

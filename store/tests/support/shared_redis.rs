@@ -1,0 +1,62 @@
+//! The shared Redis of the local stack, for tests that need only a fresh key namespace each:
+//! where it is, how a test fails when it is missing, and cleaning namespaces up afterwards.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// The variable naming the Redis under test.
+pub const URL_VAR: &str = "QIM_TEST_REDIS_URL";
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
+
+/// `QIM_TEST_REDIS_URL`, or the local stack's Redis.
+pub fn url() -> String {
+    std::env::var(URL_VAR).ok().filter(|u| !u.trim().is_empty()).unwrap_or_else(|| DEFAULT_URL.to_owned())
+}
+
+/// Why a test fails when Redis is missing: names Redis, the variable and how to start it.
+pub fn unreachable(url: &str, err: &dyn std::fmt::Display) -> String {
+    format!(
+        "Redis is unreachable at {url} ({URL_VAR}): {err}; start the local stack with `deploy/local/stack up` \
+         (these tests never skip)"
+    )
+}
+
+/// A namespace no other store (in this or another test process) uses.
+pub fn unique_namespace() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("qimtest_{}_{n}_{nanos}", std::process::id())
+}
+
+/// Deletes every key of the namespaces it was given when dropped (at the end of a test, also
+/// when it panicked), so test runs do not pile up in the shared Redis.
+#[derive(Default)]
+pub struct Cleanup(Mutex<Vec<String>>);
+
+impl Cleanup {
+    /// Deletes `namespace`'s keys when this is dropped.
+    pub fn register(&self, namespace: &str) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(namespace.to_owned());
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let namespaces = std::mem::take(self.0.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner));
+        if namespaces.is_empty() {
+            return;
+        }
+        let Ok(client) = redis::Client::open(url().as_str()) else { return };
+        let Ok(mut con) = client.get_connection() else { return };
+        for ns in namespaces {
+            let keys: Vec<String> = match redis::Commands::scan_match(&mut con, format!("{ns}:*")) {
+                Ok(iter) => iter.filter_map(Result::ok).collect(),
+                Err(_) => continue,
+            };
+            for chunk in keys.chunks(500) {
+                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(chunk).query(&mut con);
+            }
+        }
+    }
+}
