@@ -4,13 +4,16 @@
 //!
 //! ```text
 //! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C]
+//! cargo run --release -p qim-tests --bin qim-bench -- scylla [--count N] [--concurrency C]
 //! ```
 //!
 //! Options: `--count` commits (default 20000), `--concurrency` tasks in flight (64),
 //! `--conversations` (256), `--payload` bytes (200), `--redis-url` (redis://127.0.0.1:6379/0),
+//! `--scylla-hosts` (127.0.0.1:9042),
 //! `--json FILE` to also write the figures.
 
 mod redis;
+mod scylla;
 
 use std::time::Duration;
 
@@ -29,19 +32,22 @@ pub struct Args {
     pub payload: usize,
     /// Redis to measure against.
     pub redis_url: String,
+    /// Cassandra/ScyllaDB contact points, comma-separated.
+    pub scylla_hosts: String,
     /// Where to write the figures as JSON, if anywhere.
     pub json: Option<String>,
 }
 
 impl Args {
     fn parse(mut words: impl Iterator<Item = String>) -> anyhow::Result<(String, Self)> {
-        let what = words.next().context("usage: qim-bench redis [options] (see the module docs)")?;
+        let what = words.next().context("usage: qim-bench redis|scylla [options] (see the module docs)")?;
         let mut args = Args {
             count: 20_000,
             concurrency: 64,
             conversations: 256,
             payload: 200,
             redis_url: "redis://127.0.0.1:6379/0".into(),
+            scylla_hosts: "127.0.0.1:9042".into(),
             json: None,
         };
         while let Some(flag) = words.next() {
@@ -53,6 +59,7 @@ impl Args {
                 "--conversations" => args.conversations = number()? as usize,
                 "--payload" => args.payload = number()? as usize,
                 "--redis-url" => args.redis_url = value,
+                "--scylla-hosts" => args.scylla_hosts = value,
                 "--json" => args.json = Some(value),
                 other => bail!("unknown option {other}"),
             }
@@ -82,6 +89,36 @@ impl Measurement {
     }
 }
 
+/// Runs `op(0..count)` with `concurrency` operations in flight (each task takes every
+/// `concurrency`-th index) and measures each operation's latency and the whole run's throughput.
+pub async fn drive<F, Fut>(count: u64, concurrency: usize, op: F) -> anyhow::Result<Measurement>
+where
+    F: Fn(u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let start = std::time::Instant::now();
+    let mut tasks = Vec::with_capacity(concurrency);
+    for first in 0..concurrency as u64 {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            let mut i = first;
+            while i < count {
+                let began = std::time::Instant::now();
+                op(i).await?;
+                latencies.push(began.elapsed());
+                i += concurrency as u64;
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::with_capacity(count as usize);
+    for task in tasks {
+        latencies.extend(task.await??);
+    }
+    Ok(Measurement::new(latencies, start.elapsed()))
+}
+
 /// The `q`-quantile (nearest rank) of `values`; zero when empty.
 pub fn percentile(values: &mut [Duration], q: f64) -> Duration {
     if values.is_empty() {
@@ -92,12 +129,18 @@ pub fn percentile(values: &mut [Duration], q: f64) -> Duration {
     values[rank - 1]
 }
 
+/// Milliseconds, for printing.
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (what, args) = Args::parse(std::env::args().skip(1))?;
     let figures = match what.as_str() {
         "redis" => redis::run(&args).await?,
-        other => bail!("unknown benchmark {other:?} (known: redis)"),
+        "scylla" => scylla::run(&args).await?,
+        other => bail!("unknown benchmark {other:?} (known: redis, scylla)"),
     };
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&figures)?).with_context(|| format!("writing {path}"))?;

@@ -3,7 +3,6 @@
 //! same shape (the same keys and writes in one call), measured in one run on one server.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use qim_store::clock::SystemClock;
 use qim_store::ids::{ClientMessageId, ConversationId, MessageId, TenantId, UserId};
@@ -12,7 +11,7 @@ use qim_store::redis::{RedisConfig, RedisMessageStore};
 use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::MessageStore;
 
-use super::{Args, Measurement};
+use super::{drive, ms, Args, Measurement};
 
 /// The raw primitive: the writes of one commit (seq counter, commit blob, record, history
 /// index, expiry index) in one script, as if the state machine were a single call.
@@ -47,77 +46,50 @@ async fn store_path(
     tenant: TenantId,
     first: u64,
 ) -> anyhow::Result<Measurement> {
-    let payload = vec![b'x'; args.payload];
-    let per_task = args.count / args.concurrency as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..args.concurrency {
-        let store = Arc::clone(&store);
-        let payload = payload.clone();
-        let conversations = args.conversations;
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(per_task as usize);
-            for i in 0..per_task {
-                let n = first + t as u64 * per_task + i;
-                let req = request(tenant, (n % conversations as u64) as u32, n, &payload);
-                let began = Instant::now();
-                let mut id = [0u8; 16];
-                id[8..].copy_from_slice(&n.to_be_bytes());
-                let c = store.reserve(&req, MessageId(id)).await?;
-                store.put_record(&c.intent).await?;
-                let publication = Publication { partition: 0, offset: n as i64 };
-                store.mark_outbox_published(&req.key, c.intent.message_id, publication).await?;
-                store.mark_committed(&req.key, c.intent.message_id).await?;
-                latencies.push(began.elapsed());
-            }
-            anyhow::Ok(latencies)
-        }));
-    }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await??);
-    }
-    Ok(Measurement::new(latencies, start.elapsed()))
+    let payload = Arc::new(vec![b'x'; args.payload]);
+    let conversations = args.conversations as u64;
+    drive(args.count, args.concurrency, move |i| {
+        let (store, payload) = (Arc::clone(&store), Arc::clone(&payload));
+        async move {
+            let n = first + i;
+            let req = request(tenant, (n % conversations) as u32, n, &payload);
+            let mut id = [0u8; 16];
+            id[8..].copy_from_slice(&n.to_be_bytes());
+            let c = store.reserve(&req, MessageId(id)).await?;
+            store.put_record(&c.intent).await?;
+            let publication = Publication { partition: 0, offset: n as i64 };
+            store.mark_outbox_published(&req.key, c.intent.message_id, publication).await?;
+            store.mark_committed(&req.key, c.intent.message_id).await?;
+            Ok(())
+        }
+    })
+    .await
 }
 
 async fn raw_path(conn: redis::aio::ConnectionManager, args: &Args, namespace: &str) -> anyhow::Result<Measurement> {
-    let script = redis::Script::new(RAW_SCRIPT);
-    let payload = vec![b'x'; args.payload];
-    let per_task = args.count / args.concurrency as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for t in 0..args.concurrency {
-        let mut conn = conn.clone();
-        let script = script.clone();
-        let payload = payload.clone();
-        let (ns, conversations) = (namespace.to_owned(), args.conversations);
-        tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(per_task as usize);
-            for i in 0..per_task {
-                let n = t as u64 * per_task + i;
-                let tag = format!("{ns}:{{raw{}}}", n % conversations as u64);
-                let began = Instant::now();
-                let _: i64 = script
-                    .key(format!("{tag}:seq"))
-                    .key(format!("{ns}:{{rawk{n}}}:commit"))
-                    .key(format!("{tag}:rec"))
-                    .key(format!("{tag}:idx"))
-                    .key(format!("{tag}:gc"))
-                    .arg(&payload)
-                    .arg(&payload)
-                    .arg(n)
-                    .invoke_async(&mut conn)
-                    .await?;
-                latencies.push(began.elapsed());
-            }
-            anyhow::Ok(latencies)
-        }));
-    }
-    let mut latencies = Vec::new();
-    for task in tasks {
-        latencies.extend(task.await??);
-    }
-    Ok(Measurement::new(latencies, start.elapsed()))
+    let script = Arc::new(redis::Script::new(RAW_SCRIPT));
+    let payload = Arc::new(vec![b'x'; args.payload]);
+    let (ns, conversations) = (Arc::new(namespace.to_owned()), args.conversations as u64);
+    drive(args.count, args.concurrency, move |n| {
+        let (mut conn, script, payload, ns) =
+            (conn.clone(), Arc::clone(&script), Arc::clone(&payload), Arc::clone(&ns));
+        async move {
+            let tag = format!("{ns}:{{raw{}}}", n % conversations);
+            let _: i64 = script
+                .key(format!("{tag}:seq"))
+                .key(format!("{ns}:{{rawk{n}}}:commit"))
+                .key(format!("{tag}:rec"))
+                .key(format!("{tag}:idx"))
+                .key(format!("{tag}:gc"))
+                .arg(payload.as_slice())
+                .arg(payload.as_slice())
+                .arg(n)
+                .invoke_async(&mut conn)
+                .await?;
+            Ok(())
+        }
+    })
+    .await
 }
 
 /// Runs both paths and prints the comparison.
@@ -163,10 +135,6 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         "raw_per_second": raw.per_second, "store_per_second": through_store.per_second, "ratio": ratio,
         "store_p50_ms": ms(through_store.p50), "store_p99_ms": ms(through_store.p99),
     }))
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 async fn cleanup(mut conn: redis::aio::ConnectionManager, namespace: &str) -> anyhow::Result<()> {
