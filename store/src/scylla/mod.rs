@@ -8,9 +8,11 @@
 
 pub mod config;
 mod cql;
+mod message;
 mod migrate;
 pub mod schema;
 
 pub use config::{ScyllaConfig, ScyllaConfigError};
 pub use cql::open_session;
+pub use message::ScyllaMessageStore;
 pub use migrate::{migrate, read_flavour, readiness, Readiness};

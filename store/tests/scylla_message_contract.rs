@@ -1,0 +1,251 @@
+//! The `MessageStore` contract suite against the Scylla backend, plus its migration, readiness
+//! and bit-63 tests.
+//!
+//! Needs Cassandra (or ScyllaDB) at `QIM_TEST_SCYLLA_HOSTS` (default `127.0.0.1:9042`), DC
+//! `QIM_TEST_SCYLLA_DC` (default `datacenter1`), RF `QIM_TEST_SCYLLA_RF` (default 1). The suite
+//! runs in `QIM_TEST_SCYLLA_KEYSPACE`, or in a fresh `qim_test_<pid>_<nanos>` keyspace migrated
+//! once per process. When the server is missing, every test fails naming it and
+//! `deploy/local/stack up`; nothing is skipped.
+//!
+//! Each `#[tokio::test]` has its own runtime, so each opened store gets its own session (a
+//! session's connections belong to the runtime that made them); only the migration is shared.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+use qim_store::clock::ManualClock;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
+use qim_store::retention::RetentionPolicy;
+use qim_store::scylla::schema::{Flavour, SEQ_BUCKET_SIZE};
+use qim_store::scylla::{migrate, open_session, read_flavour, readiness, ScyllaConfig, ScyllaMessageStore};
+use qim_store::testsuite::MessageHarness;
+use qim_store::{ErrorKind, MessageStore, StoreError};
+use scylla::client::session::Session;
+
+/// The suite's configuration, read once per process (the keyspace name is generated once).
+fn config() -> &'static ScyllaConfig {
+    static CONFIG: OnceLock<ScyllaConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("test configuration: {e}")))
+}
+
+fn describe(err: &StoreError) -> String {
+    let mut out = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        out.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    out
+}
+
+/// A session to the test server, or a panic naming Cassandra and how to start it.
+async fn connect(config: &ScyllaConfig) -> Session {
+    open_session(config).await.unwrap_or_else(|e| {
+        panic!(
+            "Cassandra is not reachable at {}: start the local stack with `deploy/local/stack up` \
+             (or point QIM_TEST_SCYLLA_HOSTS at a running Cassandra/ScyllaDB); cause: {}",
+            config.hosts.join(","),
+            describe(&e)
+        )
+    })
+}
+
+/// Migrates the suite's keyspace once per process (later calls wait for the first).
+async fn migrated(session: &Session) {
+    static MIGRATED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    MIGRATED
+        .get_or_init(|| async {
+            migrate(session, config())
+                .await
+                .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", config().keyspace, describe(&e)));
+        })
+        .await;
+}
+
+/// Opens Scylla stores and keeps a typed handle to each, for sabotage by direct CQL.
+#[derive(Default)]
+struct Scylla {
+    stores: Mutex<Vec<ScyllaMessageStore>>,
+}
+
+impl Scylla {
+    fn store(&self) -> ScyllaMessageStore {
+        self.stores.lock().unwrap().last().cloned().expect("a store was opened")
+    }
+}
+
+fn record_key(tenant: TenantId, conversation: ConversationId, seq: ConversationSeq) -> (Vec<u8>, Vec<u8>, i64, i64) {
+    let bucket = i64::try_from(seq.0 / SEQ_BUCKET_SIZE).expect("test seqs are small");
+    (tenant.0.to_vec(), conversation.0.to_vec(), bucket, i64::try_from(seq.0).expect("test seqs are small"))
+}
+
+#[async_trait]
+impl MessageHarness for Scylla {
+    async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
+        let session = connect(config()).await;
+        migrated(&session).await;
+        let store = ScyllaMessageStore::with_session(session, config(), policy, clock)
+            .await
+            .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)));
+        self.stores.lock().unwrap().push(store.clone());
+        Arc::new(store)
+    }
+
+    async fn remove_record(
+        &self,
+        _: &Arc<dyn MessageStore>,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+    ) {
+        let store = self.store();
+        let cql = format!(
+            "DELETE FROM {}.message_record WHERE tenant_id = ? AND conversation_id = ? AND seq_bucket = ? \
+             AND conversation_seq = ?",
+            store.config().keyspace
+        );
+        store.session().query_unpaged(cql, record_key(tenant, conversation, seq)).await.expect("sabotage: remove");
+    }
+
+    async fn overwrite_record(
+        &self,
+        _: &Arc<dyn MessageStore>,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+        bytes: Vec<u8>,
+    ) {
+        let store = self.store();
+        let cql = format!(
+            "INSERT INTO {}.message_record (tenant_id, conversation_id, seq_bucket, conversation_seq, record_blob) \
+             VALUES (?, ?, ?, ?, ?)",
+            store.config().keyspace
+        );
+        let (t, c, b, s) = record_key(tenant, conversation, seq);
+        store.session().query_unpaged(cql, (t, c, b, s, bytes)).await.expect("sabotage: overwrite");
+    }
+}
+
+mod contract {
+    use super::*;
+    qim_store::message_store_contract_suite!(Scylla::default());
+}
+
+/// A configuration like the suite's, for a keyspace of its own.
+fn fresh_config(tag: &str) -> ScyllaConfig {
+    let mut c = config().clone();
+    c.keyspace = format!("{}_{tag}", qim_store::scylla::config::generated_test_keyspace());
+    c
+}
+
+async fn drop_keyspace(session: &Session, keyspace: &str) {
+    if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), &[]).await {
+        eprintln!("warning: could not drop test keyspace {keyspace}: {e}");
+    }
+}
+
+/// The tables and columns of `keyspace`, as the server describes them.
+async fn schema_snapshot(session: &Session, keyspace: &str) -> Vec<(String, String, String, String)> {
+    let rows = session
+        .query_unpaged(
+            "SELECT table_name, column_name, kind, type FROM system_schema.columns WHERE keyspace_name = ?",
+            (keyspace,),
+        )
+        .await
+        .expect("reading system_schema.columns")
+        .into_rows_result()
+        .expect("rows");
+    let mut out: Vec<_> = rows.rows::<(String, String, String, String)>().expect("typed").map(|r| r.unwrap()).collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn readiness_is_false_before_migrate_and_migrate_twice_changes_nothing() {
+    let config = fresh_config("mig");
+    let session = connect(&config).await;
+    let before = readiness(&session, &config).await.expect("readiness answers");
+    assert!(!before.is_ready(), "a keyspace never migrated is not ready");
+    assert!(before.problems[0].contains("does not exist"), "{:?}", before.problems);
+    let clock: Arc<ManualClock> = Arc::new(ManualClock::new(qim_store::testsuite::fixtures::T0));
+    let second = connect(&config).await;
+    let refused = ScyllaMessageStore::with_session(second, &config, RetentionPolicy::default(), clock).await;
+    assert!(refused.is_err(), "connecting prepares only: it must fail, not create, without a schema");
+    assert!(!readiness(&session, &config).await.unwrap().is_ready(), "connecting created nothing");
+
+    migrate(&session, &config).await.unwrap_or_else(|e| panic!("first migrate: {}", describe(&e)));
+    assert!(readiness(&session, &config).await.unwrap().is_ready());
+    let first = schema_snapshot(&session, &config.keyspace).await;
+    assert!(!first.is_empty());
+    migrate(&session, &config).await.unwrap_or_else(|e| panic!("second migrate: {}", describe(&e)));
+    assert_eq!(schema_snapshot(&session, &config.keyspace).await, first, "the second migrate changed the schema");
+    assert!(readiness(&session, &config).await.unwrap().is_ready());
+    drop_keyspace(&session, &config.keyspace).await;
+}
+
+#[tokio::test]
+async fn migrate_refuses_an_existing_keyspace_with_another_rf() {
+    let config = fresh_config("rf");
+    let session = connect(&config).await;
+    let other_rf = config.replication_factor + 1;
+    session
+        .query_unpaged(
+            format!(
+                "CREATE KEYSPACE {} WITH replication = {{'class': 'NetworkTopologyStrategy', '{}': {other_rf}}}",
+                config.keyspace, config.local_dc
+            ),
+            &[],
+        )
+        .await
+        .expect("creating a keyspace with another RF");
+    let err = migrate(&session, &config).await.expect_err("migrate must refuse another RF");
+    assert_eq!(err.kind(), ErrorKind::InvariantViolation, "{err}");
+    assert!(err.to_string().contains(&config.keyspace) && err.to_string().contains("never altered"), "{err}");
+    let state = readiness(&session, &config).await.unwrap();
+    assert!(!state.is_ready());
+    assert!(state.problems.iter().any(|p| p.contains("replication factor")), "{:?}", state.problems);
+    assert!(state.problems.iter().any(|p| p.contains("message_commit")), "no table was created: {:?}", state.problems);
+    drop_keyspace(&session, &config.keyspace).await;
+}
+
+#[tokio::test]
+async fn the_local_stack_is_detected_as_cassandra() {
+    let session = connect(config()).await;
+    let flavour = read_flavour(&session).await.unwrap_or_else(|e| panic!("{}", describe(&e)));
+    let expected = std::env::var("QIM_TEST_SCYLLA_FLAVOUR").map_or(Flavour::Cassandra, |v| {
+        if v == "scylla" {
+            Flavour::Scylla
+        } else {
+            Flavour::Cassandra
+        }
+    });
+    assert_eq!(flavour, expected);
+}
+
+#[tokio::test]
+async fn bit_63_values_are_refused_before_reaching_cql() {
+    use qim_store::message::{Direction, HistoryQuery, ReadPosition};
+    use qim_store::testsuite::fixtures::{clock, fresh_conversation, fresh_tenant, user, MembershipAuthorizer};
+
+    let h = Scylla::default();
+    let store = h.open(RetentionPolicy::default(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    let q = HistoryQuery {
+        tenant: t,
+        conversation: conv,
+        viewer: user(1),
+        direction: Direction::Older,
+        anchor: Some(ConversationSeq(1 << 63)),
+        max_items: 10,
+        max_bytes: 1 << 20,
+    };
+    let err = store.history_page(&q, &auth).await.expect_err("anchor with bit 63");
+    assert_eq!(err.kind(), ErrorKind::InvariantViolation, "{err}");
+    let pos = ReadPosition { conversation: conv, read_through: ConversationSeq(u64::MAX) };
+    let err = store.conversation_summaries(t, user(1), &[pos]).await.expect_err("read position with bit 63");
+    assert_eq!(err.kind(), ErrorKind::InvariantViolation, "{err}");
+    let ok = ReadPosition { conversation: conv, read_through: ConversationSeq(i64::MAX as u64) };
+    assert_eq!(store.conversation_summaries(t, user(1), &[ok]).await.unwrap()[0].last_seq, None);
+}
