@@ -131,8 +131,11 @@ fn ledger() -> impl Strategy<Value = RetentionLedger> {
     )
 }
 
-/// Every decoder, as "decode then re-encode", so fuzz checks can treat them alike.
-fn decoders() -> Vec<(&'static str, fn(&[u8]) -> Option<Vec<u8>>)> {
+/// A decoder as "decode then re-encode": `None` when the bytes are refused.
+type RoundTrip = fn(&[u8]) -> Option<Vec<u8>>;
+
+/// Every decoder, so fuzz checks can treat them alike.
+fn decoders() -> Vec<(&'static str, RoundTrip)> {
     vec![
         ("request", |b| decode_request(b).ok().map(|v| encode_request(&v))),
         ("intent", |b| decode_intent(b).ok().map(|v| encode_intent(&v))),
