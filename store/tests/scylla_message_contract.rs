@@ -1,130 +1,25 @@
-//! The `MessageStore` contract suite against the Scylla backend, plus its migration, readiness
-//! and bit-63 tests.
+//! The `MessageStore` contract suite against the Scylla backend, plus its migration, readiness,
+//! flavour and bit-63 tests.
 //!
 //! Needs Cassandra (or ScyllaDB) at `QIM_TEST_SCYLLA_HOSTS` (default `127.0.0.1:9042`), DC
 //! `QIM_TEST_SCYLLA_DC` (default `datacenter1`), RF `QIM_TEST_SCYLLA_RF` (default 1). The suite
 //! runs in `QIM_TEST_SCYLLA_KEYSPACE`, or in a fresh `qim_test_<pid>_<nanos>` keyspace migrated
 //! once per process. When the server is missing, every test fails naming it and
 //! `deploy/local/stack up`; nothing is skipped.
-//!
-//! Each `#[tokio::test]` has its own runtime, so each opened store gets its own session (a
-//! session's connections belong to the runtime that made them); only the migration is shared.
 
-use std::sync::{Arc, Mutex, OnceLock};
+mod scylla_support;
 
-use async_trait::async_trait;
+use std::sync::Arc;
+
 use qim_store::clock::ManualClock;
-use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
+use qim_store::ids::ConversationSeq;
 use qim_store::retention::RetentionPolicy;
-use qim_store::scylla::schema::{Flavour, SEQ_BUCKET_SIZE};
-use qim_store::scylla::{migrate, open_session, read_flavour, readiness, ScyllaConfig, ScyllaMessageStore};
+use qim_store::scylla::schema::Flavour;
+use qim_store::scylla::{migrate, read_flavour, readiness, ScyllaConfig, ScyllaMessageStore};
 use qim_store::testsuite::MessageHarness;
-use qim_store::{ErrorKind, MessageStore, StoreError};
+use qim_store::ErrorKind;
 use scylla::client::session::Session;
-
-/// The suite's configuration, read once per process (the keyspace name is generated once).
-fn config() -> &'static ScyllaConfig {
-    static CONFIG: OnceLock<ScyllaConfig> = OnceLock::new();
-    CONFIG.get_or_init(|| ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("test configuration: {e}")))
-}
-
-fn describe(err: &StoreError) -> String {
-    let mut out = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        out.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    out
-}
-
-/// A session to the test server, or a panic naming Cassandra and how to start it.
-async fn connect(config: &ScyllaConfig) -> Session {
-    open_session(config).await.unwrap_or_else(|e| {
-        panic!(
-            "Cassandra is not reachable at {}: start the local stack with `deploy/local/stack up` \
-             (or point QIM_TEST_SCYLLA_HOSTS at a running Cassandra/ScyllaDB); cause: {}",
-            config.hosts.join(","),
-            describe(&e)
-        )
-    })
-}
-
-/// Migrates the suite's keyspace once per process (later calls wait for the first).
-async fn migrated(session: &Session) {
-    static MIGRATED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    MIGRATED
-        .get_or_init(|| async {
-            migrate(session, config())
-                .await
-                .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", config().keyspace, describe(&e)));
-        })
-        .await;
-}
-
-/// Opens Scylla stores and keeps a typed handle to each, for sabotage by direct CQL.
-#[derive(Default)]
-struct Scylla {
-    stores: Mutex<Vec<ScyllaMessageStore>>,
-}
-
-impl Scylla {
-    fn store(&self) -> ScyllaMessageStore {
-        self.stores.lock().unwrap().last().cloned().expect("a store was opened")
-    }
-}
-
-fn record_key(tenant: TenantId, conversation: ConversationId, seq: ConversationSeq) -> (Vec<u8>, Vec<u8>, i64, i64) {
-    let bucket = i64::try_from(seq.0 / SEQ_BUCKET_SIZE).expect("test seqs are small");
-    (tenant.0.to_vec(), conversation.0.to_vec(), bucket, i64::try_from(seq.0).expect("test seqs are small"))
-}
-
-#[async_trait]
-impl MessageHarness for Scylla {
-    async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
-        let session = connect(config()).await;
-        migrated(&session).await;
-        let store = ScyllaMessageStore::with_session(session, config(), policy, clock)
-            .await
-            .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)));
-        self.stores.lock().unwrap().push(store.clone());
-        Arc::new(store)
-    }
-
-    async fn remove_record(
-        &self,
-        _: &Arc<dyn MessageStore>,
-        tenant: TenantId,
-        conversation: ConversationId,
-        seq: ConversationSeq,
-    ) {
-        let store = self.store();
-        let cql = format!(
-            "DELETE FROM {}.message_record WHERE tenant_id = ? AND conversation_id = ? AND seq_bucket = ? \
-             AND conversation_seq = ?",
-            store.config().keyspace
-        );
-        store.session().query_unpaged(cql, record_key(tenant, conversation, seq)).await.expect("sabotage: remove");
-    }
-
-    async fn overwrite_record(
-        &self,
-        _: &Arc<dyn MessageStore>,
-        tenant: TenantId,
-        conversation: ConversationId,
-        seq: ConversationSeq,
-        bytes: Vec<u8>,
-    ) {
-        let store = self.store();
-        let cql = format!(
-            "INSERT INTO {}.message_record (tenant_id, conversation_id, seq_bucket, conversation_seq, record_blob) \
-             VALUES (?, ?, ?, ?, ?)",
-            store.config().keyspace
-        );
-        let (t, c, b, s) = record_key(tenant, conversation, seq);
-        store.session().query_unpaged(cql, (t, c, b, s, bytes)).await.expect("sabotage: overwrite");
-    }
-}
+use scylla_support::{config, connect, describe, Scylla};
 
 mod contract {
     use super::*;
