@@ -13,7 +13,8 @@
 //!   `ALTER KEYSPACE` anywhere. The keyspace is verified again after creation, so two migrations
 //!   racing with different RFs can not both succeed.
 //! - **Server flavour is detected, not assumed**: `TABLETS = {'enabled': false}` (LWT needs
-//!   vnodes on Scylla) is added only when [`detect_flavour`] says Scylla.
+//!   vnodes on Scylla) is added only when [`detect_flavour`] says Scylla, and on Scylla an
+//!   existing or new keyspace must read back as vnodes-based ([`check_vnodes`]).
 //! - **Idempotent**: keyspace and tables use `IF NOT EXISTS`; a second run verifies and changes
 //!   nothing.
 //! - **Readiness reads the schema itself**: a session, or prepared statements, prove nothing.
@@ -25,7 +26,7 @@ use scylla::statement::{Consistency, Statement};
 
 use super::config::ScyllaConfig;
 use super::cql::{corrupt, unavailable};
-use super::schema::{check_replication, create_keyspace, create_tables, detect_flavour, Flavour, TABLES};
+use super::schema::{check_replication, check_vnodes, create_keyspace, create_tables, detect_flavour, Flavour, TABLES};
 use crate::error::{StoreError, StoreResult};
 
 /// What readiness found wrong; empty means ready.
@@ -89,6 +90,25 @@ async fn read_replication(session: &Session, keyspace: &str) -> StoreResult<Opti
     Ok(row.map(|(m,)| m))
 }
 
+/// On Scylla, whether `keyspace` is vnodes-based (see [`check_vnodes`]); always fine on
+/// Cassandra, which has no tablets.
+async fn vnodes_problem(session: &Session, flavour: Flavour, keyspace: &str) -> StoreResult<Option<String>> {
+    if flavour == Flavour::Cassandra {
+        return Ok(None);
+    }
+    const WHAT: &str = "reading system_schema.scylla_keyspaces";
+    let mut stmt = Statement::new("SELECT initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?");
+    stmt.set_consistency(Consistency::LocalOne);
+    let rows = session
+        .query_unpaged(stmt, (keyspace,))
+        .await
+        .map_err(|e| unavailable(WHAT, e))?
+        .into_rows_result()
+        .map_err(|e| corrupt(WHAT, e))?;
+    let row = rows.maybe_first_row::<(Option<i32>,)>().map_err(|e| corrupt(WHAT, e))?;
+    Ok(check_vnodes(keyspace, row.map(|(t,)| t)).err())
+}
+
 fn refuse(config: &ScyllaConfig, reason: String) -> StoreError {
     StoreError::InvariantViolation(format!(
         "keyspace {} does not match the configuration ({reason}); refusing to migrate: \
@@ -112,7 +132,12 @@ pub async fn migrate(session: &Session, config: &ScyllaConfig) -> StoreResult<()
     let flavour = read_flavour(session).await?;
     let (ks, dc, rf) = (&config.keyspace, &config.local_dc, config.replication_factor);
     match read_replication(session, ks).await? {
-        Some(existing) => check_replication(&existing, dc, rf).map_err(|r| refuse(config, r))?,
+        Some(existing) => {
+            check_replication(&existing, dc, rf).map_err(|r| refuse(config, r))?;
+            if let Some(problem) = vnodes_problem(session, flavour, ks).await? {
+                return Err(refuse(config, problem));
+            }
+        }
         None => {
             ddl(session, create_keyspace(flavour, ks, dc, rf)).await?;
             await_agreement(session).await?;
@@ -120,6 +145,9 @@ pub async fn migrate(session: &Session, config: &ScyllaConfig) -> StoreResult<()
                 .await?
                 .ok_or_else(|| StoreError::InvariantViolation(format!("keyspace {ks} is missing after CREATE")))?;
             check_replication(&created, dc, rf).map_err(|r| refuse(config, r))?;
+            if let Some(problem) = vnodes_problem(session, flavour, ks).await? {
+                return Err(refuse(config, problem));
+            }
         }
     }
     for stmt in create_tables(ks) {
@@ -141,9 +169,11 @@ async fn await_agreement(session: &Session) -> StoreResult<()> {
     Ok(())
 }
 
-/// Re-reads the schema: the keyspace exists with the configured replication and every table of
-/// [`TABLES`] exists. `Unavailable` only when the cluster can not be asked.
+/// Re-reads the schema: the keyspace exists with the configured replication (and, on Scylla,
+/// vnodes) and every table of [`TABLES`] exists. `Unavailable` only when the cluster can not be
+/// asked.
 pub async fn readiness(session: &Session, config: &ScyllaConfig) -> StoreResult<Readiness> {
+    let flavour = read_flavour(session).await?;
     let mut problems = Vec::new();
     match read_replication(session, &config.keyspace).await? {
         None => problems.push(format!("keyspace {} does not exist (run the migration)", config.keyspace)),
@@ -151,6 +181,7 @@ pub async fn readiness(session: &Session, config: &ScyllaConfig) -> StoreResult<
             if let Err(reason) = check_replication(&map, &config.local_dc, config.replication_factor) {
                 problems.push(format!("keyspace {}: {reason}", config.keyspace));
             }
+            problems.extend(vnodes_problem(session, flavour, &config.keyspace).await?);
             let tables = column_of_strings(
                 session,
                 "reading system_schema.tables",

@@ -112,6 +112,19 @@ pub fn check_replication(replication: &HashMap<String, String>, dc: &str, rf: u3
     }
 }
 
+/// Checks, on Scylla, that a keyspace uses vnodes (LWT does not work on tablets): `row` is what
+/// `SELECT initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?` returned
+/// (`None`: no row). A keyspace is tablet-based exactly when `initial_tablets` is not null (the
+/// rule the scylla driver itself applies); no row, or a null, is vnodes.
+pub fn check_vnodes(keyspace: &str, row: Option<Option<i32>>) -> Result<(), String> {
+    match row {
+        None | Some(None) => Ok(()),
+        Some(Some(tablets)) => Err(format!(
+            "keyspace {keyspace} uses tablets (initial_tablets = {tablets}); lightweight transactions need vnodes"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,6 +176,14 @@ mod tests {
         assert!(check_replication(&map(&[("class", nts), ("dc2", "3")]), "dc1", 3).is_err());
         let simple = "org.apache.cassandra.locator.SimpleStrategy";
         assert!(check_replication(&map(&[("class", simple), ("replication_factor", "3")]), "dc1", 3).is_err());
+    }
+
+    #[test]
+    fn only_vnodes_keyspaces_pass_on_scylla() {
+        assert_eq!(check_vnodes("qim", None), Ok(()));
+        assert_eq!(check_vnodes("qim", Some(None)), Ok(()));
+        let err = check_vnodes("qim", Some(Some(0))).unwrap_err();
+        assert!(err.contains("tablets"), "{err}");
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! commit RESERVED → RECORDED by LWT. A retry rewrites identical rows; an expired record is
 //! rewritten with a 1 s TTL, never resurrected.
 //!
-//! Reads walk the index in the page's direction, a chunk at a time, and fetch the chunk's
-//! records by seq range per `seq_bucket` partition. An index entry whose `expires_at` passed by
+//! Reads walk the index in the page's direction, a chunk at a time, and fetch only the records
+//! the answer needs, by seq range per `seq_bucket` partition. An index entry whose `expires_at` passed by
 //! the injected clock is skipped without reading its record (the server may already have dropped
 //! the record); every other entry must have a record that decodes, sits at the index position
 //! and agrees on `expires_at`, or the read fails with `CorruptEntry`.
@@ -34,6 +34,8 @@ use crate::scylla::schema::{hour_bucket, HOUR_MILLIS, SEQ_BUCKET_SIZE};
 const EXPIRY_ENTRY_GRACE_SECS: i32 = 3600;
 /// At most this many hour partitions of `history_expiry` are read by one pass.
 const MAX_EXPIRY_BUCKETS_PER_PASS: i64 = 24 * 14;
+/// Fewest history index entries read per round trip.
+const MIN_INDEX_CHUNK: usize = 32;
 
 /// Bounds of an index walk: seqs strictly between `after` and `before`.
 #[derive(Clone, Copy)]
@@ -103,7 +105,10 @@ impl ScyllaMessageStore {
         };
         while out.len() < want && walk.after < walk.before {
             let need = want - out.len();
-            let limit = i32::try_from(need).unwrap_or(i32::MAX);
+            // Index entries are cheap: read at least a chunk, so a run of expired entries costs
+            // few round trips. Records are read only for the entries the answer needs.
+            let chunk = need.max(MIN_INDEX_CHUNK);
+            let limit = i32::try_from(chunk).unwrap_or(i32::MAX);
             let rows = self
                 .inner
                 .session
@@ -117,21 +122,30 @@ impl ScyllaMessageStore {
                 .map_err(|e| corrupt(&what, e))?
                 .collect::<Result<_, _>>()
                 .map_err(|e| corrupt(&what, e))?;
-            let Some(&(last, _)) = entries.last() else { break };
-            match walk.direction {
-                Direction::Older => walk.before = last,
-                Direction::Newer => walk.after = last,
+            let exhausted = entries.len() < chunk;
+            let mut taken = Vec::new();
+            let mut consumed = 0;
+            for &(seq, expires) in &entries {
+                consumed += 1;
+                match walk.direction {
+                    Direction::Older => walk.before = seq,
+                    Direction::Newer => walk.after = seq,
+                }
+                if expires.is_none_or(|at| at > now.0) {
+                    taken.push((seq, expires));
+                    if taken.len() == need {
+                        break;
+                    }
+                }
             }
-            let live: Vec<(i64, Option<i64>)> =
-                entries.iter().copied().filter(|(_, exp)| !exp.is_some_and(|at| at <= now.0)).collect();
-            let blobs = self.fetch_records(tenant, conversation, live.iter().map(|(s, _)| *s)).await?;
-            for (seq, expires) in live {
+            let blobs = self.fetch_records(tenant, conversation, taken.iter().map(|(s, _)| *s)).await?;
+            for (seq, expires) in taken {
                 let record = check_record(tenant, conversation, seq, expires, blobs.get(&seq))?;
                 if !record.is_expired(now) {
                     out.push(record);
                 }
             }
-            if entries.len() < need {
+            if exhausted && consumed == entries.len() {
                 break;
             }
         }
