@@ -202,3 +202,67 @@ async fn a_missing_server_is_unavailable_within_the_connect_bound() {
     assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(25), "took {:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn recovery_finds_a_key_reserved_again_and_skips_orphan_entries() {
+    let clock = clock();
+    let h = Scylla::default();
+    let store = h.open(policy(), clock.clone()).await;
+    let typed = h.store();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    commit_fully(store.as_ref(), &request(t, user(1), "again", conv, b"one")).await;
+    // An entry whose reserve never happened (a crash or a lost race before the LWT).
+    let cql = format!(
+        "INSERT INTO {}.commit_recovery (hour_bucket, created_at, tenant_id, sender_id, client_message_id) \
+         VALUES (?, ?, ?, ?, ?)",
+        typed.config().keyspace
+    );
+    let at = T0.0 + 1;
+    let orphan = (at.div_euclid(3_600_000), at, t.0.to_vec(), user(2).0.to_vec(), "orphan".to_owned());
+    typed.session().query_unpaged(cql, orphan).await.expect("writing an orphan entry");
+    clock.advance(COMMIT_AUX_TTL_MILLIS + 1);
+    let second = store.reserve(&request(t, user(1), "again", conv, b"two"), fresh_message_id()).await.unwrap();
+    clock.advance(10);
+    let found = store.scan_recoverable_commits(qim_store::clock::Clock::now(clock.as_ref()), 10_000).await.unwrap();
+    let mine: Vec<_> = found.into_iter().filter(|c| c.intent.request.key.tenant == t).collect();
+    assert_eq!(mine, vec![second], "the new reservation is found once; the orphan and the old entry are skipped");
+}
+
+#[tokio::test]
+async fn pages_skip_a_long_run_of_expired_records() {
+    let clock = clock();
+    let h = Scylla::default();
+    let store = h.open(policy(), clock.clone()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 0..40 {
+        let mut eph = request(t, user(2), &format!("e{i}"), conv, b"x");
+        eph.retention = RetentionClass::Ephemeral24h;
+        commit_fully(store.as_ref(), &eph).await;
+    }
+    for i in 0..2 {
+        let mut hold = request(t, user(2), &format!("h{i}"), conv, b"x");
+        hold.retention = RetentionClass::ComplianceHold;
+        commit_fully(store.as_ref(), &hold).await;
+    }
+    clock.advance(EPHEMERAL_MILLIS);
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    let q = |direction, max_items| HistoryQuery {
+        tenant: t,
+        conversation: conv,
+        viewer: user(1),
+        direction,
+        anchor: None,
+        max_items,
+        max_bytes: 1 << 20,
+    };
+    let page = store.history_page(&q(Direction::Newer, 1), &auth).await.unwrap();
+    let seqs: Vec<u64> = page.records.iter().map(|r| r.seq.0).collect();
+    assert_eq!((seqs, page.earliest_available, page.has_more), (vec![41], Some(ConversationSeq(41)), true));
+    let page = store.history_page(&q(Direction::Older, 5), &auth).await.unwrap();
+    let seqs: Vec<u64> = page.records.iter().map(|r| r.seq.0).collect();
+    assert_eq!((seqs, page.has_more), (vec![42, 41], false));
+    let pos = qim_store::message::ReadPosition { conversation: conv, read_through: ConversationSeq(0) };
+    let sums = store.conversation_summaries(t, user(1), &[pos]).await.unwrap();
+    assert_eq!((sums[0].last_seq, sums[0].unread, sums[0].unread_precise), (Some(ConversationSeq(42)), 2, true));
+}

@@ -8,7 +8,6 @@
 //! against the commit row it names: no commit (a lost race or a failed reserve), another
 //! `created_at` (a later reservation of the key), or a finished commit are skipped.
 
-use std::collections::HashSet;
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 
@@ -25,6 +24,8 @@ use crate::scylla::schema::{hour_bucket, HOUR_MILLIS};
 
 /// At most this many hour partitions are read by one pass.
 const MAX_BUCKETS_PER_PASS: i64 = 72;
+/// At most this many recovery entries are examined by one pass (each costs one commit read).
+const MAX_ENTRIES_PER_PASS: usize = 10_000;
 
 type EntryRow = (i64, Vec<u8>, Vec<u8>, String);
 
@@ -98,14 +99,17 @@ impl ScyllaMessageStore {
             return Ok(Vec::new());
         }
         let from = cutoff.0.saturating_sub(COMMIT_AUX_TTL_MILLIS + HOUR_MILLIS);
+        // Entries first (at most MAX_ENTRIES_PER_PASS), then one read per commit. Entries are not
+        // deduplicated by key: a key reserved again after its auxiliary TTL has an older entry
+        // too, and only the entry whose `created_at` matches the commit names it.
         let mut entries = Vec::new();
-        let mut seen = HashSet::new();
-        // Entries first (bounded by what the partitions hold), then one read per commit.
         self.walk_recovery(from, cutoff.0, |created_at, key| {
-            if seen.insert(key.clone()) {
-                entries.push((created_at, key));
+            entries.push((created_at, key));
+            if entries.len() >= MAX_ENTRIES_PER_PASS {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
             }
-            ControlFlow::Continue(())
         })
         .await?;
         let now = self.now();
@@ -136,12 +140,13 @@ impl ScyllaMessageStore {
         let to = now.0 - COMMIT_AUX_TTL_MILLIS + 1;
         let from = since.saturating_sub(2 * COMMIT_AUX_TTL_MILLIS + HOUR_MILLIS);
         let mut entries = Vec::new();
-        let mut seen = HashSet::new();
         self.walk_recovery(from, to, |created_at, key| {
-            if seen.insert(key.clone()) {
-                entries.push((created_at, key));
+            entries.push((created_at, key));
+            if entries.len() >= MAX_ENTRIES_PER_PASS {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
             }
-            ControlFlow::Continue(())
         })
         .await?;
         let mut ended = Vec::new();
