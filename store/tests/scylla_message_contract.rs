@@ -5,7 +5,8 @@
 //! `QIM_TEST_SCYLLA_DC` (default `datacenter1`), RF `QIM_TEST_SCYLLA_RF` (default 1). The suite
 //! runs in `QIM_TEST_SCYLLA_KEYSPACE`, or in a fresh `qim_test_<pid>_<nanos>` keyspace migrated
 //! once per process. When the server is missing, every test fails naming it and
-//! `deploy/local/stack up`; nothing is skipped.
+//! `deploy/local/stack up`; nothing is skipped. The flavour test expects Cassandra (the local
+//! stack) unless `QIM_TEST_SCYLLA_FLAVOUR=scylla`.
 
 mod scylla_support;
 

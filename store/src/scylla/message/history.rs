@@ -19,7 +19,7 @@ use scylla::value::MaybeUnset;
 
 use super::commit::ttl_secs;
 use super::ScyllaMessageStore;
-use crate::codec::{decode_record, encode_record, u64_to_i64};
+use crate::codec::{decode_record, encode_record, i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, UserId};
 use crate::message::{
@@ -306,7 +306,10 @@ fn check_record(
         StoreError::CorruptEntry(format!("history index holds seq {seq} of {conversation} but its record is missing"))
     })?;
     let record = decode_record(blob)?;
-    if record.tenant != tenant || record.conversation != conversation || Some(record.seq) != seq_of(seq) {
+    if record.tenant != tenant
+        || record.conversation != conversation
+        || record.seq != ConversationSeq(i64_to_u64("conversation seq", seq)?)
+    {
         return Err(StoreError::CorruptEntry(format!(
             "record at seq {seq} of {conversation} belongs to seq {} of {}",
             record.seq, record.conversation
@@ -319,8 +322,4 @@ fn check_record(
         )));
     }
     Ok(record)
-}
-
-fn seq_of(value: i64) -> Option<ConversationSeq> {
-    u64::try_from(value).ok().map(ConversationSeq)
 }
