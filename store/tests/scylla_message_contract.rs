@@ -105,6 +105,18 @@ async fn migrate_refuses_an_existing_keyspace_with_another_rf() {
 }
 
 #[tokio::test]
+async fn a_data_centre_the_cluster_does_not_have_is_refused_by_name() {
+    let mut config = fresh_config("dc");
+    config.local_dc = "no_such_dc".to_owned();
+    let session = connect(&config).await;
+    let err = migrate(&session, &config).await.expect_err("an unknown DC must be refused");
+    assert_eq!(err.kind(), ErrorKind::InvariantViolation, "{err}");
+    assert!(err.to_string().contains("\"no_such_dc\" is not in the cluster"), "{err}");
+    let state = readiness(&session, &config).await.unwrap();
+    assert!(!state.is_ready() && state.problems[0].contains("no_such_dc"), "{:?}", state.problems);
+}
+
+#[tokio::test]
 async fn the_local_stack_is_detected_as_cassandra() {
     let session = connect(config()).await;
     let flavour = read_flavour(&session).await.unwrap_or_else(|e| panic!("{}", describe(&e)));

@@ -15,6 +15,8 @@
 //! - **Server flavour is detected, not assumed**: `TABLETS = {'enabled': false}` (LWT needs
 //!   vnodes on Scylla) is added only when [`detect_flavour`] says Scylla, and on Scylla an
 //!   existing or new keyspace must read back as vnodes-based ([`check_vnodes`]).
+//! - **The local DC is real**: requests are pinned to `config.local_dc` without failover, so a
+//!   DC no node reports is refused up front, by name.
 //! - **Idempotent**: keyspace and tables use `IF NOT EXISTS`; a second run verifies and changes
 //!   nothing.
 //! - **Readiness reads the schema itself**: a session, or prepared statements, prove nothing.
@@ -26,7 +28,9 @@ use scylla::statement::{Consistency, Statement};
 
 use super::config::ScyllaConfig;
 use super::cql::{corrupt, unavailable};
-use super::schema::{check_replication, check_vnodes, create_keyspace, create_tables, detect_flavour, Flavour, TABLES};
+use super::schema::{
+    check_dc, check_replication, check_vnodes, create_keyspace, create_tables, detect_flavour, Flavour, TABLES,
+};
 use crate::error::{StoreError, StoreResult};
 
 /// What readiness found wrong; empty means ready.
@@ -109,6 +113,13 @@ async fn vnodes_problem(session: &Session, flavour: Flavour, keyspace: &str) -> 
     Ok(check_vnodes(keyspace, row.map(|(t,)| t)).err())
 }
 
+/// Whether the configured local DC is one the driver sees (see [`check_dc`]).
+fn dc_problem(session: &Session, config: &ScyllaConfig) -> Option<String> {
+    let state = session.get_cluster_state();
+    let dcs: Vec<String> = state.get_nodes_info().iter().filter_map(|n| n.datacenter.clone()).collect();
+    check_dc(&dcs, &config.local_dc).err()
+}
+
 fn refuse(config: &ScyllaConfig, reason: String) -> StoreError {
     StoreError::InvariantViolation(format!(
         "keyspace {} does not match the configuration ({reason}); refusing to migrate: \
@@ -129,6 +140,9 @@ async fn ddl(session: &Session, cql: String) -> StoreResult<()> {
 /// `config`, and with `Unavailable` when the cluster can not be reached.
 pub async fn migrate(session: &Session, config: &ScyllaConfig) -> StoreResult<()> {
     super::config::validate_keyspace(&config.keyspace).map_err(StoreError::InvalidInput)?;
+    if let Some(problem) = dc_problem(session, config) {
+        return Err(refuse(config, problem));
+    }
     let flavour = read_flavour(session).await?;
     let (ks, dc, rf) = (&config.keyspace, &config.local_dc, config.replication_factor);
     match read_replication(session, ks).await? {
@@ -173,6 +187,9 @@ async fn await_agreement(session: &Session) -> StoreResult<()> {
 /// vnodes) and every table of [`TABLES`] exists. `Unavailable` only when the cluster can not be
 /// asked.
 pub async fn readiness(session: &Session, config: &ScyllaConfig) -> StoreResult<Readiness> {
+    if let Some(problem) = dc_problem(session, config) {
+        return Ok(Readiness { problems: vec![problem] });
+    }
     let flavour = read_flavour(session).await?;
     let mut problems = Vec::new();
     match read_replication(session, &config.keyspace).await? {

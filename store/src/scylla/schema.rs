@@ -112,6 +112,19 @@ pub fn check_replication(replication: &HashMap<String, String>, dc: &str, rf: u3
     }
 }
 
+/// Checks that the configured local data centre is one the cluster's nodes report (`dcs`, as
+/// the driver sees them). Requests are pinned to that DC without failover, so a misspelt DC
+/// would otherwise surface as opaque "no node to ask" errors.
+pub fn check_dc(dcs: &[String], dc: &str) -> Result<(), String> {
+    if dcs.iter().any(|d| d == dc) {
+        return Ok(());
+    }
+    let mut known = dcs.to_vec();
+    known.sort();
+    known.dedup();
+    Err(format!("data centre {dc:?} is not in the cluster (its nodes are in {known:?})"))
+}
+
 /// Checks, on Scylla, that a keyspace uses vnodes (LWT does not work on tablets): `row` is what
 /// `SELECT initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?` returned
 /// (`None`: no row). A keyspace is tablet-based exactly when `initial_tablets` is not null (the
@@ -176,6 +189,15 @@ mod tests {
         assert!(check_replication(&map(&[("class", nts), ("dc2", "3")]), "dc1", 3).is_err());
         let simple = "org.apache.cassandra.locator.SimpleStrategy";
         assert!(check_replication(&map(&[("class", simple), ("replication_factor", "3")]), "dc1", 3).is_err());
+    }
+
+    #[test]
+    fn the_local_dc_must_exist() {
+        let dcs = names(&["dc1", "dc2", "dc1"]);
+        assert_eq!(check_dc(&dcs, "dc2"), Ok(()));
+        let err = check_dc(&dcs, "dc3").unwrap_err();
+        assert!(err.contains("\"dc3\"") && err.contains("[\"dc1\", \"dc2\"]"), "{err}");
+        assert!(check_dc(&[], "dc1").is_err());
     }
 
     #[test]
