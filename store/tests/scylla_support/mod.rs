@@ -1,6 +1,11 @@
 //! Shared by the Scylla test binaries: the test configuration, a session that fails loudly when
 //! Cassandra is missing, the once-per-process migration and the contract-suite harness.
 //!
+//! Prefer the generated keyspace: a reused `QIM_TEST_SCYLLA_KEYSPACE` keeps the unfinished
+//! commits earlier runs left at the suite's fixed start time `T0` for 2 h (the recovery entries'
+//! TTL), and from the third run within 2 h `scan_recoverable_commits_finds_unfinished_work`
+//! (which scans every tenant with a limit of 100) no longer sees its own commits.
+//!
 //! Each `#[tokio::test]` has its own runtime, so each opened store gets its own session (a
 //! session's connections belong to the runtime that made them); only the migration is shared.
 
@@ -131,10 +136,10 @@ impl MessageHarness for Scylla {
 
 /// Drops test keyspaces that finished test processes left behind (a test binary has no hook to
 /// drop its own at exit): only names exactly of the generated form `qim_test_<pid>_<nanos>`,
-/// whose process no longer runs on this machine, created more than an hour ago. Linux only
+/// whose process no longer runs on this machine, created more than ten minutes ago. Linux only
 /// (`/proc` tells whether a pid runs); failures are reported and ignored.
 async fn sweep_leftover_keyspaces(session: &Session) {
-    const MIN_AGE_NANOS: u128 = 3_600 * 1_000_000_000;
+    const MIN_AGE_NANOS: u128 = 10 * 60 * 1_000_000_000;
     if !cfg!(target_os = "linux") {
         return;
     }
