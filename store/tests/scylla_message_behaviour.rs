@@ -266,3 +266,31 @@ async fn pages_skip_a_long_run_of_expired_records() {
     let sums = store.conversation_summaries(t, user(1), &[pos]).await.unwrap();
     assert_eq!((sums[0].last_seq, sums[0].unread, sums[0].unread_precise), (Some(ConversationSeq(42)), 2, true));
 }
+
+#[tokio::test]
+async fn racing_takeovers_of_an_expired_key_agree_or_conflict() {
+    let clock = clock();
+    let (_h, a, b) = two_stores(clock.clone()).await;
+    let t = fresh_tenant();
+    let conv = fresh_conversation();
+    let mut keys = Vec::new();
+    for round in 0..4 {
+        let first = commit_fully(a.as_ref(), &request(t, user(1), &format!("same{round}"), conv, b"old")).await;
+        let other = commit_fully(a.as_ref(), &request(t, user(1), &format!("diff{round}"), conv, b"old")).await;
+        keys.push((first, other));
+    }
+    clock.advance(COMMIT_AUX_TTL_MILLIS + 1);
+    for (round, (first, other)) in keys.iter().enumerate() {
+        let same = CommitRequest { payload: b"new".to_vec(), ..first.intent.request.clone() };
+        let (ra, rb) = tokio::join!(a.reserve(&same, fresh_message_id()), b.reserve(&same, fresh_message_id()));
+        let (ra, rb) = (ra.expect("takeover a"), rb.expect("takeover b"));
+        assert_eq!(ra, rb, "round {round}: both take-overs answer with the winner's commit");
+        assert_eq!(ra.state, CommitState::Reserved);
+
+        let mine = CommitRequest { payload: b"mine".to_vec(), ..other.intent.request.clone() };
+        let theirs = CommitRequest { payload: b"theirs".to_vec(), ..other.intent.request.clone() };
+        let (ra, rb) = tokio::join!(a.reserve(&mine, fresh_message_id()), b.reserve(&theirs, fresh_message_id()));
+        assert_eq!([ra.is_ok(), rb.is_ok()].iter().filter(|ok| **ok).count(), 1, "round {round}: one content wins");
+        assert_kind(if ra.is_ok() { rb } else { ra }, ErrorKind::Conflict, "the other content");
+    }
+}

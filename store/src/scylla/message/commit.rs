@@ -7,7 +7,9 @@
 //! - gone: its auxiliary TTL ended (by the injected clock: `committed_at + 2 h <= now`), or the
 //!   server already expired its columns (the reserve INSERT's row marker survives an
 //!   `UPDATE ... USING TTL`, so such a row reads back with null columns). Loads answer `None`,
-//!   and a new reserve of the key takes the row over with `IF commit_blob = <what it read>`.
+//!   and a new reserve of the key takes the row over with
+//!   `IF request_blob = <what it read> AND commit_blob = <what it read>` (both conditions, so a
+//!   lost race returns both columns of the winner).
 
 use super::ScyllaMessageStore;
 use crate::codec::{decode_commit, encode_commit, encode_intent, encode_request};
@@ -36,8 +38,8 @@ pub(super) const AUX_TTL_SECS: i32 = (COMMIT_AUX_TTL_MILLIS / 1000) as i32;
 pub(super) enum Found {
     /// No row.
     Absent,
-    /// A row whose auxiliary facts are gone; `commit_blob` is what the row still holds.
-    Gone { commit_blob: Option<Vec<u8>> },
+    /// A row whose auxiliary facts are gone; the blobs are what the row still holds.
+    Gone { request_blob: Option<Vec<u8>>, commit_blob: Option<Vec<u8>> },
     /// A live commit and its stable request identity.
     Live { request_blob: Vec<u8>, commit: Commit },
 }
@@ -108,7 +110,7 @@ impl ScyllaMessageStore {
                     Err(conflict(key, "the same key was reserved for different content"))
                 };
             }
-            Found::Gone { commit_blob } => Some(commit_blob),
+            Found::Gone { request_blob, commit_blob } => Some((request_blob, commit_blob)),
             Found::Absent => None,
         };
         let created_at = self.now();
@@ -127,8 +129,8 @@ impl ScyllaMessageStore {
                 let values = (t, s, c, &request_blob, &commit_blob, state, created_at.0);
                 self.inner.session.execute_unpaged(&st.insert_commit, values).await
             }
-            Some(old) => {
-                let values = (&request_blob, &commit_blob, state, created_at.0, t, s, c, old);
+            Some((old_request, old_commit)) => {
+                let values = (&request_blob, &commit_blob, state, created_at.0, t, s, c, old_request, old_commit);
                 self.inner.session.execute_unpaged(&st.takeover_commit, values).await
             }
         };
@@ -260,7 +262,7 @@ pub(super) fn classify(
     now: UnixMillis,
 ) -> StoreResult<Found> {
     let Some(blob) = commit_blob else {
-        return Ok(Found::Gone { commit_blob: None });
+        return Ok(Found::Gone { request_blob, commit_blob: None });
     };
     let commit = decode_commit(&blob)?;
     if commit.intent.request.key != *key {
@@ -277,7 +279,7 @@ pub(super) fn classify(
         return Err(StoreError::CorruptEntry(format!("{}: request identity and commit disagree", describe(key))));
     }
     if aux_expired(&commit, now) {
-        return Ok(Found::Gone { commit_blob: Some(blob) });
+        return Ok(Found::Gone { request_blob: Some(request_blob), commit_blob: Some(blob) });
     }
     Ok(Found::Live { request_blob, commit })
 }

@@ -5,7 +5,7 @@
 //!
 //! - **First facts and ordered transitions are LWTs (LOCAL_SERIAL), nothing else is**: the
 //!   RESERVED commit is `INSERT ... IF NOT EXISTS` (a clock-expired commit is taken over with
-//!   `IF commit_blob = <old>`), seqs are allocated one at a time by `IF last_seq = ?` on
+//!   `IF request_blob = <old> AND commit_blob = <old>`), seqs are allocated one at a time by `IF last_seq = ?` on
 //!   `conversation_sequence` (initialised `IF NOT EXISTS`), and each state step is
 //!   `UPDATE ... IF state = <predecessor>`. Records, index entries and the recovery index are
 //!   same-value upserts at LOCAL_QUORUM.

@@ -1,7 +1,8 @@
 //! Every CQL statement of the message store, prepared once at connect time.
 //!
 //! Consistency is set per statement, so it is visible next to the CQL:
-//! - LWTs (`IF NOT EXISTS`, `IF last_seq = ?`, `IF state = ?`, `IF commit_blob = ?`): the first
+//! - LWTs (`IF NOT EXISTS`, `IF last_seq = ?`, `IF state = ?`, `IF request_blob = ? AND
+//!   commit_blob = ?`): the first
 //!   facts and ordered state transitions; LOCAL_QUORUM plus serial consistency LOCAL_SERIAL.
 //! - Everything else (same-value upserts, reads, scans): LOCAL_QUORUM, no serial consistency;
 //!   the upserts are marked idempotent, so the driver may retry them.
@@ -104,7 +105,7 @@ impl Statements {
                 Lwt,
                 format!(
                     "UPDATE {ks}.message_commit SET request_blob = ?, commit_blob = ?, state = ?, created_at = ?, \
-                     committed_at = null WHERE {COMMIT_KEY} IF commit_blob = ?"
+                     committed_at = null WHERE {COMMIT_KEY} IF request_blob = ? AND commit_blob = ?"
                 ),
             )
             .await?,
