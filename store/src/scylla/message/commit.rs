@@ -300,7 +300,30 @@ fn expect_message(key: &CommitKey, commit: &Commit, message_id: MessageId) -> St
 
 /// The TTL in seconds that makes a row written at `now` vanish at `expires` (at least 1).
 pub(super) fn ttl_secs(expires: UnixMillis, now: UnixMillis) -> i32 {
-    // Scylla and Cassandra refuse TTLs above 20 years.
-    const MAX_TTL_SECS: u32 = 630_720_000;
-    i32::try_from(ttl_until(expires, now).0.min(MAX_TTL_SECS)).unwrap_or(i32::MAX)
+    i32::try_from(ttl_until(expires, now).0).unwrap_or(MAX_TTL_SECS).min(MAX_TTL_SECS)
+}
+
+/// Scylla and Cassandra refuse TTLs above 20 years.
+pub(super) const MAX_TTL_SECS: i32 = 630_720_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_never_resurrect_and_stay_under_the_server_limit() {
+        let now = UnixMillis(1_790_000_000_000);
+        assert_eq!(ttl_secs(now.plus_millis(1_500), now), 2);
+        assert_eq!(ttl_secs(now, now), 1);
+        assert_eq!(ttl_secs(now.plus_millis(-5_000), now), 1);
+        assert_eq!(ttl_secs(now.plus_millis(i64::MAX / 2), now), MAX_TTL_SECS);
+        assert_eq!(AUX_TTL_SECS, 7_200);
+    }
+
+    #[test]
+    fn state_codes_are_distinct_and_ordered() {
+        let states = [CommitState::Reserved, CommitState::Recorded, CommitState::Outboxed, CommitState::Committed];
+        let codes: Vec<i32> = states.iter().map(|s| state_code(*s)).collect();
+        assert_eq!(codes, vec![0, 1, 2, 3]);
+    }
 }

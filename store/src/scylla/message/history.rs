@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 
 use scylla::value::MaybeUnset;
 
-use super::commit::ttl_secs;
+use super::commit::{ttl_secs, MAX_TTL_SECS};
 use super::ScyllaMessageStore;
 use crate::codec::{decode_record, encode_record, i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
@@ -76,7 +76,7 @@ impl ScyllaMessageStore {
             .await
             .map_err(|e| unavailable(what.clone(), e))?;
         if let Some(at) = expires_at {
-            let entry_ttl = ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS);
+            let entry_ttl = ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
             session
                 .execute_unpaged(&st.insert_expiry, (hour_bucket(at.0), at.0, t, c, seq, entry_ttl))
                 .await
