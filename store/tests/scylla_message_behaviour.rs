@@ -294,3 +294,19 @@ async fn racing_takeovers_of_an_expired_key_agree_or_conflict() {
         assert_kind(if ra.is_ok() { rb } else { ra }, ErrorKind::Conflict, "the other content");
     }
 }
+
+#[tokio::test]
+async fn a_seq_that_would_set_bit_63_is_refused_and_nothing_is_reserved() {
+    let h = Scylla::default();
+    let store = h.open(policy(), clock()).await;
+    let typed = h.store();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let cql = format!(
+        "INSERT INTO {}.conversation_sequence (tenant_id, conversation_id, last_seq) VALUES (?, ?, ?)",
+        typed.config().keyspace
+    );
+    typed.session().query_unpaged(cql, (t.0.to_vec(), conv.0.to_vec(), i64::MAX)).await.expect("seeding last_seq");
+    let req = request(t, user(1), "overflow", conv, b"x");
+    assert_kind(store.reserve(&req, fresh_message_id()).await, ErrorKind::InvariantViolation, "seq 2^63");
+    assert_eq!(store.load_commit(&req.key).await.unwrap(), None, "no commit was written");
+}
