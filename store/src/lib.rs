@@ -4,7 +4,8 @@
 //! - Encodings: [`codec`] (versioned, canonical, fail-closed).
 //! - Contracts: [`MessageStore`], [`MailboxStore`], [`HistoryAuthorizer`], with errors in
 //!   [`error`].
-//! - Backends: [`memory`] (the reference model and embedded mode), [`redis`] (the default).
+//! - Backends: [`memory`] (the reference model and embedded mode), [`redis`] (the default and
+//!   the hot tier), [`scylla`] (CQL against ScyllaDB, or Apache Cassandra 5 on our machines).
 //! - [`testsuite`] (feature `testsuite`): the contract suites every backend runs.
 
 pub mod clock;
@@ -19,6 +20,7 @@ pub mod message;
 mod message_store;
 pub mod redis;
 pub mod retention;
+pub mod scylla;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;
 

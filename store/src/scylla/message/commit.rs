@@ -1,0 +1,329 @@
+//! The commit row (`message_commit`): reserve, ordered state transitions and loads.
+//!
+//! A commit row holds the canonical request blob (the stable identity), the canonical commit
+//! blob (the whole answer, decoded as-is), `state` (the LWT condition), `created_at` and
+//! `committed_at`. A row is one of:
+//! - live: returned by loads; replays compare the request blob byte for byte;
+//! - gone: its auxiliary TTL ended (by the injected clock: `committed_at + 2 h <= now`), or the
+//!   server already expired its columns (the reserve INSERT's row marker survives an
+//!   `UPDATE ... USING TTL`, so such a row reads back with null columns). Loads answer `None`,
+//!   and a new reserve of the key takes the row over with
+//!   `IF request_blob = <what it read> AND commit_blob = <what it read>` (both conditions, so a
+//!   lost race returns both columns of the winner).
+
+use super::ScyllaMessageStore;
+use crate::codec::{decode_commit, encode_commit, encode_intent, encode_request};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{MessageId, UnixMillis};
+use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, Publication, MAX_PAYLOAD_BYTES};
+use crate::message_store::COMMIT_AUX_TTL_MILLIS;
+use crate::retention::ttl_until;
+use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
+use crate::scylla::schema::hour_bucket;
+
+/// The `state` column's value of each state (the LWT conditions compare it).
+pub(super) const fn state_code(state: CommitState) -> i32 {
+    match state {
+        CommitState::Reserved => 0,
+        CommitState::Recorded => 1,
+        CommitState::Outboxed => 2,
+        CommitState::Committed => 3,
+    }
+}
+
+/// The auxiliary TTL in whole seconds (2 h).
+pub(super) const AUX_TTL_SECS: i32 = (COMMIT_AUX_TTL_MILLIS / 1000) as i32;
+
+/// What a commit row says.
+pub(super) enum Found {
+    /// No row.
+    Absent,
+    /// A row whose auxiliary facts are gone; the blobs are what the row still holds.
+    Gone { request_blob: Option<Vec<u8>>, commit_blob: Option<Vec<u8>> },
+    /// A live commit and its stable request identity.
+    Live { request_blob: Vec<u8>, commit: Commit },
+}
+
+/// The key columns of a commit, as bound to CQL.
+pub(super) fn key_values(key: &CommitKey) -> (&[u8], &[u8], &str) {
+    (&key.tenant.0[..], &key.sender.0[..], key.client_message_id.as_str())
+}
+
+pub(super) fn describe(key: &CommitKey) -> String {
+    format!("commit {}/{}/{}", key.tenant, key.sender, key.client_message_id)
+}
+
+pub(super) fn conflict(key: &CommitKey, what: impl std::fmt::Display) -> StoreError {
+    StoreError::Conflict(format!("{}: {what}", describe(key)))
+}
+
+fn not_found(key: &CommitKey) -> StoreError {
+    StoreError::NotFound(format!("no {}", describe(key)))
+}
+
+/// Whether a commit's auxiliary facts have outlived their TTL at `now`.
+pub(super) fn aux_expired(commit: &Commit, now: UnixMillis) -> bool {
+    commit.committed_at.is_some_and(|at| at.plus_millis(COMMIT_AUX_TTL_MILLIS) <= now)
+}
+
+impl ScyllaMessageStore {
+    /// Reads and classifies the commit row of `key` at `now`.
+    pub(super) async fn find(&self, key: &CommitKey, now: UnixMillis) -> StoreResult<Found> {
+        let what = format!("reading {}", describe(key));
+        let rows = self
+            .inner
+            .session
+            .execute_unpaged(&self.inner.st.select_commit, key_values(key))
+            .await
+            .map_err(|e| unavailable(what.clone(), e))?
+            .into_rows_result()
+            .map_err(|e| corrupt(&what, e))?;
+        let row = rows.maybe_first_row::<(Option<Vec<u8>>, Option<Vec<u8>>)>().map_err(|e| corrupt(&what, e))?;
+        match row {
+            None => Ok(Found::Absent),
+            Some((request_blob, commit_blob)) => classify(key, request_blob, commit_blob, now),
+        }
+    }
+
+    /// The live commit of `key`, or `NotFound`.
+    pub(super) async fn live_commit(&self, key: &CommitKey) -> StoreResult<Commit> {
+        match self.find(key, self.now()).await? {
+            Found::Live { commit, .. } => Ok(commit),
+            Found::Absent | Found::Gone { .. } => Err(not_found(key)),
+        }
+    }
+
+    pub(super) async fn reserve_impl(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
+        if request.payload.len() > MAX_PAYLOAD_BYTES {
+            return Err(StoreError::InvalidInput(format!(
+                "payload of {} bytes exceeds {MAX_PAYLOAD_BYTES}",
+                request.payload.len()
+            )));
+        }
+        let key = &request.key;
+        let request_blob = encode_request(request);
+        let takeover = match self.find(key, self.now()).await? {
+            Found::Live { request_blob: stored, commit } => {
+                return if stored == request_blob {
+                    Ok(commit)
+                } else {
+                    Err(conflict(key, "the same key was reserved for different content"))
+                };
+            }
+            Found::Gone { request_blob, commit_blob } => Some((request_blob, commit_blob)),
+            Found::Absent => None,
+        };
+        let created_at = self.now();
+        self.write_recovery_entry(key, created_at).await?;
+        let seq = self.allocate_seq(key.tenant, request.conversation).await?;
+        let intent =
+            CommitIntent { request: request.clone(), seq, message_id: proposed_id, created_at, publication: None };
+        let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
+        let commit_blob = encode_commit(&commit);
+        let (t, s, c) = key_values(key);
+        let state = state_code(CommitState::Reserved);
+        let st = &self.inner.st;
+        let what = format!("reserving {}", describe(key));
+        let result = match takeover {
+            None => {
+                let values = (t, s, c, &request_blob, &commit_blob, state, created_at.0);
+                self.inner.session.execute_unpaged(&st.insert_commit, values).await
+            }
+            Some((old_request, old_commit)) => {
+                let values = (&request_blob, &commit_blob, state, created_at.0, t, s, c, old_request, old_commit);
+                self.inner.session.execute_unpaged(&st.takeover_commit, values).await
+            }
+        };
+        let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
+        if outcome.applied() {
+            return Ok(commit);
+        }
+        // Another reserve of this key won; our seq stays a hole. Decide on the winner's row as the
+        // LWT returned it.
+        let winner =
+            classify(key, outcome.blob(&what, "request_blob")?, outcome.blob(&what, "commit_blob")?, self.now())?;
+        match winner {
+            Found::Live { request_blob: stored, commit } if stored == request_blob => Ok(commit),
+            Found::Live { .. } => Err(conflict(key, "the same key was reserved for different content")),
+            Found::Absent | Found::Gone { .. } => Err(conflict(key, "a concurrent reserve of this key interfered")),
+        }
+    }
+
+    /// Writes the recovery index entry of a reservation attempt (before the reserve LWT).
+    async fn write_recovery_entry(&self, key: &CommitKey, created_at: UnixMillis) -> StoreResult<()> {
+        let (t, s, c) = key_values(key);
+        let values = (hour_bucket(created_at.0), created_at.0, t, s, c, AUX_TTL_SECS);
+        self.inner
+            .session
+            .execute_unpaged(&self.inner.st.insert_recovery, values)
+            .await
+            .map_err(|e| unavailable(format!("writing the recovery entry of {}", describe(key)), e))?;
+        Ok(())
+    }
+
+    /// Moves `key` from `from` to `next.state`, storing `next`; `Conflict` when the state moved
+    /// meanwhile.
+    pub(super) async fn advance(&self, key: &CommitKey, from: CommitState, next: Commit) -> StoreResult<Commit> {
+        let what = format!("moving {} to {}", describe(key), next.state.as_str());
+        let blob = encode_commit(&next);
+        let (t, s, c) = key_values(key);
+        let st = &self.inner.st;
+        let result = if next.state == CommitState::Committed {
+            // The commit facts now start their auxiliary TTL: every regular column is rewritten
+            // with it, so the whole commit expires together.
+            let committed_at = next.committed_at.map(|at| at.0);
+            let request_blob = encode_request(&next.intent.request);
+            let values = (
+                AUX_TTL_SECS,
+                &request_blob,
+                &blob,
+                state_code(next.state),
+                next.intent.created_at.0,
+                committed_at,
+                t,
+                s,
+                c,
+                state_code(from),
+            );
+            self.inner.session.execute_unpaged(&st.finish_commit, values).await
+        } else {
+            let values = (&blob, state_code(next.state), t, s, c, state_code(from));
+            self.inner.session.execute_unpaged(&st.advance_commit, values).await
+        };
+        let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
+        if !outcome.applied() {
+            return Err(conflict(key, format!("the state is no longer {}", from.as_str())));
+        }
+        Ok(next)
+    }
+
+    pub(super) async fn mark_outbox_published_impl(
+        &self,
+        key: &CommitKey,
+        message_id: MessageId,
+        publication: Publication,
+    ) -> StoreResult<Commit> {
+        if publication.partition < 0 || publication.offset < 0 {
+            return Err(StoreError::InvalidInput(format!(
+                "publication {}/{} is negative",
+                publication.partition, publication.offset
+            )));
+        }
+        let commit = self.live_commit(key).await?;
+        expect_message(key, &commit, message_id)?;
+        expect_state(key, &commit, CommitState::Recorded)?;
+        let mut next = commit;
+        next.intent.publication = Some(publication);
+        next.state = CommitState::Outboxed;
+        self.advance(key, CommitState::Recorded, next).await
+    }
+
+    pub(super) async fn mark_committed_impl(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
+        let now = self.now();
+        let commit = self.live_commit(key).await?;
+        expect_message(key, &commit, message_id)?;
+        expect_state(key, &commit, CommitState::Outboxed)?;
+        let mut next = commit;
+        next.state = CommitState::Committed;
+        next.committed_at = Some(now);
+        self.advance(key, CommitState::Outboxed, next).await
+    }
+
+    pub(super) async fn load_commit_impl(&self, key: &CommitKey) -> StoreResult<Option<Commit>> {
+        match self.find(key, self.now()).await? {
+            Found::Live { commit, .. } => Ok(Some(commit)),
+            Found::Absent | Found::Gone { .. } => Ok(None),
+        }
+    }
+
+    pub(super) async fn load_commit_for_request_impl(&self, request: &CommitRequest) -> StoreResult<Option<Commit>> {
+        match self.find(&request.key, self.now()).await? {
+            Found::Live { request_blob, commit } if request_blob == encode_request(request) => Ok(Some(commit)),
+            Found::Live { .. } => Err(conflict(&request.key, "the key belongs to a different request")),
+            Found::Absent | Found::Gone { .. } => Ok(None),
+        }
+    }
+
+    /// Checks `intent` against the reserved one, byte for byte, and the state.
+    pub(super) fn expect_reserved_intent(commit: &Commit, intent: &CommitIntent) -> StoreResult<()> {
+        let key = &intent.request.key;
+        if encode_intent(&commit.intent) != encode_intent(intent) {
+            return Err(conflict(key, "the intent differs from the reserved one"));
+        }
+        expect_state(key, commit, CommitState::Reserved)
+    }
+}
+
+/// Decodes a commit row (request blob, commit blob) of `key` and decides whether it is live.
+pub(super) fn classify(
+    key: &CommitKey,
+    request_blob: Option<Vec<u8>>,
+    commit_blob: Option<Vec<u8>>,
+    now: UnixMillis,
+) -> StoreResult<Found> {
+    let Some(blob) = commit_blob else {
+        return Ok(Found::Gone { request_blob, commit_blob: None });
+    };
+    let commit = decode_commit(&blob)?;
+    if commit.intent.request.key != *key {
+        return Err(StoreError::CorruptEntry(format!(
+            "the row of {} holds the commit of {}",
+            describe(key),
+            describe(&commit.intent.request.key)
+        )));
+    }
+    let Some(request_blob) = request_blob else {
+        return Err(StoreError::CorruptEntry(format!("{} has a commit but no request identity", describe(key))));
+    };
+    if request_blob != encode_request(&commit.intent.request) {
+        return Err(StoreError::CorruptEntry(format!("{}: request identity and commit disagree", describe(key))));
+    }
+    if aux_expired(&commit, now) {
+        return Ok(Found::Gone { request_blob: Some(request_blob), commit_blob: Some(blob) });
+    }
+    Ok(Found::Live { request_blob, commit })
+}
+
+fn expect_state(key: &CommitKey, commit: &Commit, want: CommitState) -> StoreResult<()> {
+    if commit.state != want {
+        return Err(conflict(key, format!("state is {}, the step needs {}", commit.state.as_str(), want.as_str())));
+    }
+    Ok(())
+}
+
+fn expect_message(key: &CommitKey, commit: &Commit, message_id: MessageId) -> StoreResult<()> {
+    if commit.intent.message_id != message_id {
+        return Err(conflict(key, format!("message id {message_id} is not the reserved {}", commit.intent.message_id)));
+    }
+    Ok(())
+}
+
+/// The TTL in seconds that makes a row written at `now` vanish at `expires` (at least 1).
+pub(super) fn ttl_secs(expires: UnixMillis, now: UnixMillis) -> i32 {
+    i32::try_from(ttl_until(expires, now).0).unwrap_or(MAX_TTL_SECS).min(MAX_TTL_SECS)
+}
+
+/// Scylla and Cassandra refuse TTLs above 20 years.
+pub(super) const MAX_TTL_SECS: i32 = 630_720_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_never_resurrect_and_stay_under_the_server_limit() {
+        let now = UnixMillis(1_790_000_000_000);
+        assert_eq!(ttl_secs(now.plus_millis(1_500), now), 2);
+        assert_eq!(ttl_secs(now, now), 1);
+        assert_eq!(ttl_secs(now.plus_millis(-5_000), now), 1);
+        assert_eq!(ttl_secs(now.plus_millis(i64::MAX / 2), now), MAX_TTL_SECS);
+        assert_eq!(AUX_TTL_SECS, 7_200);
+    }
+
+    #[test]
+    fn state_codes_are_distinct_and_ordered() {
+        let states = [CommitState::Reserved, CommitState::Recorded, CommitState::Outboxed, CommitState::Committed];
+        let codes: Vec<i32> = states.iter().map(|s| state_code(*s)).collect();
+        assert_eq!(codes, vec![0, 1, 2, 3]);
+    }
+}

@@ -1,0 +1,87 @@
+//! Seq allocation on `conversation_sequence`: one number per successful CAS.
+//!
+//! The row holds `last_seq`, the highest seq ever issued. The first reserve of a conversation
+//! creates it with `INSERT ... IF NOT EXISTS` (issuing 1); every later one moves it from `n` to
+//! `n + 1` with `UPDATE ... IF last_seq = n` and owns `n + 1` only when `[applied]` is true. A
+//! failed condition returns the current value, which the next attempt uses. Nothing is leased in
+//! advance, so a crash or an unknown outcome costs at most a hole, never a reuse.
+//!
+//! Within one process, reserves of one conversation queue on a lock that also caches the last
+//! value seen, so a busy conversation costs one LWT per seq instead of Paxos contention with
+//! itself; other processes are still ordered by the CAS alone.
+
+use std::sync::Arc;
+
+use super::{ScyllaMessageStore, SeqSlot, MAX_SEQ_SLOTS};
+use crate::codec::{i64_to_u64, u64_to_i64};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{ConversationId, ConversationSeq, TenantId};
+use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
+
+/// CAS attempts before a reserve gives up as `Unavailable` (heavy cross-process contention).
+const MAX_CAS_ATTEMPTS: usize = 64;
+
+impl ScyllaMessageStore {
+    fn seq_slot(&self, tenant: TenantId, conversation: ConversationId) -> SeqSlot {
+        let mut slots = self.inner.seq_slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slots.len() >= MAX_SEQ_SLOTS {
+            slots.retain(|_, slot| Arc::strong_count(slot) > 1);
+        }
+        Arc::clone(slots.entry((tenant, conversation)).or_default())
+    }
+
+    /// Issues the next seq of `(tenant, conversation)`.
+    pub(super) async fn allocate_seq(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+    ) -> StoreResult<ConversationSeq> {
+        let slot = self.seq_slot(tenant, conversation);
+        let mut cached = slot.lock().await;
+        let result = self.allocate_locked(tenant, conversation, *cached).await;
+        // After any failure the outcome of the last CAS is unknown: forget the cached value.
+        *cached = result.as_ref().ok().copied();
+        let issued = result?;
+        Ok(ConversationSeq(i64_to_u64("conversation seq", issued)?))
+    }
+
+    async fn allocate_locked(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        cached: Option<i64>,
+    ) -> StoreResult<i64> {
+        let (t, c) = (&tenant.0[..], &conversation.0[..]);
+        let what = format!("allocating a seq in {conversation}");
+        let session = &self.inner.session;
+        let st = &self.inner.st;
+        let mut current = match cached {
+            Some(value) => value,
+            None => {
+                let result = session.execute_unpaged(&st.init_seq, (t, c, 1i64)).await;
+                let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
+                if outcome.applied() {
+                    return Ok(1);
+                }
+                current_value(&what, &outcome)?
+            }
+        };
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let next = u64_to_i64("conversation seq", i64_to_u64("last_seq", current)?.saturating_add(1))?;
+            let result = session.execute_unpaged(&st.cas_seq, (next, t, c, current)).await;
+            let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
+            if outcome.applied() {
+                return Ok(next);
+            }
+            current = current_value(&what, &outcome)?;
+        }
+        Err(StoreError::Unavailable {
+            message: format!("{what}: still contended after {MAX_CAS_ATTEMPTS} attempts"),
+            source: None,
+        })
+    }
+}
+
+fn current_value(what: &str, outcome: &LwtOutcome) -> StoreResult<i64> {
+    outcome.bigint(what, "last_seq")?.ok_or_else(|| corrupt(what, "conversation_sequence has no last_seq"))
+}

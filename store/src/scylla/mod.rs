@@ -1,0 +1,18 @@
+//! The Scylla (CQL) backend: ScyllaDB in production, Apache Cassandra 5 on our machines.
+//!
+//! - [`config`]: [`ScyllaConfig`] from explicit production or test variables.
+//! - [`schema`]: tables, keys, server flavour and replication decisions (pure).
+//! - [`migrate()`] / [`readiness()`]: the explicit migration and the schema re-check.
+//! - [`ScyllaMessageStore`]: `MessageStore` per seed 000 (LWT only for first facts and ordered
+//!   state transitions, LOCAL_QUORUM for everything else).
+
+pub mod config;
+mod cql;
+mod message;
+mod migrate;
+pub mod schema;
+
+pub use config::{ScyllaConfig, ScyllaConfigError};
+pub use cql::open_session;
+pub use message::ScyllaMessageStore;
+pub use migrate::{migrate, read_flavour, readiness, Readiness};

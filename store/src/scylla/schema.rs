@@ -1,0 +1,227 @@
+//! The Scylla backend's schema, and the pure decisions migration and readiness make about it.
+//!
+//! # Tables (all in the configured keyspace)
+//!
+//! | table | key | holds |
+//! |---|---|---|
+//! | `message_commit` | `((tenant_id, sender_id, client_message_id))` | canonical request blob (stable identity), canonical commit blob, `state` (LWT condition), `created_at`, `committed_at` |
+//! | `conversation_sequence` | `((tenant_id, conversation_id))` | `last_seq`: the highest seq ever issued; moved only by CAS |
+//! | `message_record` | `((tenant_id, conversation_id, seq_bucket), conversation_seq)` | canonical `MessageRecord` blob; per-row TTL = remaining retention |
+//! | `history_index` | `((tenant_id, conversation_id), conversation_seq)` | `expires_at` (null: never); same TTL as its record |
+//! | `commit_recovery` | `((hour_bucket), created_at, tenant_id, sender_id, client_message_id)` | one entry per reservation attempt, written before the reserve LWT; TTL = auxiliary TTL |
+//! | `history_expiry` | `((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)` | one entry per expiring record, for the observable expiry count; TTL = record TTL + 1 h |
+//!
+//! Ids are 16-byte blobs (no UUID type); every `u64` bound to a `bigint` goes through
+//! [`crate::codec::u64_to_i64`]. Tables keep the default `default_time_to_live = 0`: expiry is
+//! always a per-row TTL written with the row, never a table setting and never a `DELETE`.
+//!
+//! `history_expiry` is not in seed 000's table list: seed 000 leaves the "bounded, observable"
+//! expiry count of `gc_expired_history` open, and without an expiry-ordered index that count
+//! would need a full-table scan.
+
+use std::collections::HashMap;
+
+/// Every table this backend creates and readiness requires, in creation order.
+pub const TABLES: [&str; 6] =
+    ["message_commit", "conversation_sequence", "message_record", "history_index", "commit_recovery", "history_expiry"];
+
+/// Seqs per `message_record` partition (`seq_bucket = seq / SEQ_BUCKET_SIZE`), so one busy
+/// conversation never grows one partition without bound.
+pub const SEQ_BUCKET_SIZE: u64 = 1024;
+
+/// Milliseconds per `hour_bucket` of `commit_recovery` and `history_expiry`.
+pub const HOUR_MILLIS: i64 = 60 * 60 * 1000;
+
+/// The hour bucket of a time (rounding down).
+pub const fn hour_bucket(millis: i64) -> i64 {
+    millis.div_euclid(HOUR_MILLIS)
+}
+
+/// The `CREATE TABLE IF NOT EXISTS` statements, fully qualified with `keyspace` (already
+/// validated by [`super::config::validate_keyspace`]), in [`TABLES`] order.
+pub fn create_tables(keyspace: &str) -> Vec<String> {
+    let bodies = [
+        "message_commit (tenant_id blob, sender_id blob, client_message_id text, request_blob blob, \
+         commit_blob blob, state int, created_at bigint, committed_at bigint, \
+         PRIMARY KEY ((tenant_id, sender_id, client_message_id)))",
+        "conversation_sequence (tenant_id blob, conversation_id blob, last_seq bigint, \
+         PRIMARY KEY ((tenant_id, conversation_id)))",
+        "message_record (tenant_id blob, conversation_id blob, seq_bucket bigint, conversation_seq bigint, \
+         record_blob blob, PRIMARY KEY ((tenant_id, conversation_id, seq_bucket), conversation_seq))",
+        "history_index (tenant_id blob, conversation_id blob, conversation_seq bigint, expires_at bigint, \
+         PRIMARY KEY ((tenant_id, conversation_id), conversation_seq))",
+        "commit_recovery (hour_bucket bigint, created_at bigint, tenant_id blob, sender_id blob, \
+         client_message_id text, PRIMARY KEY ((hour_bucket), created_at, tenant_id, sender_id, client_message_id))",
+        "history_expiry (hour_bucket bigint, expires_at bigint, tenant_id blob, conversation_id blob, \
+         conversation_seq bigint, PRIMARY KEY ((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq))",
+    ];
+    bodies.iter().map(|b| format!("CREATE TABLE IF NOT EXISTS {keyspace}.{b}")).collect()
+}
+
+/// Which CQL server answers: the DDL differs (`TABLETS` is a syntax error on Cassandra).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Flavour {
+    /// ScyllaDB: keyspaces are created with tablets disabled (LWT needs vnodes).
+    Scylla,
+    /// Apache Cassandra.
+    Cassandra,
+}
+
+/// Decides the server flavour from what was read: the column names of `system.local` and the
+/// table names of `system_schema`. Scylla has both `system.local.supported_features` and
+/// `system_schema.scylla_keyspaces`; Cassandra has neither. Anything in between is refused:
+/// the flavour is detected, never assumed.
+pub fn detect_flavour(system_local_columns: &[String], system_schema_tables: &[String]) -> Result<Flavour, String> {
+    let features = system_local_columns.iter().any(|c| c == "supported_features");
+    let scylla_keyspaces = system_schema_tables.iter().any(|t| t == "scylla_keyspaces");
+    match (features, scylla_keyspaces) {
+        (true, true) => Ok(Flavour::Scylla),
+        (false, false) if !system_local_columns.is_empty() => Ok(Flavour::Cassandra),
+        (false, false) => Err("system.local has no columns: can not tell the server flavour".to_owned()),
+        (f, s) => Err(format!(
+            "ambiguous server flavour: system.local.supported_features present={f}, \
+             system_schema.scylla_keyspaces present={s}"
+        )),
+    }
+}
+
+/// The `CREATE KEYSPACE IF NOT EXISTS` statement for `flavour`.
+pub fn create_keyspace(flavour: Flavour, keyspace: &str, dc: &str, rf: u32) -> String {
+    let dc = dc.replace('\'', "''");
+    let base = format!(
+        "CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = \
+         {{'class': 'NetworkTopologyStrategy', '{dc}': {rf}}} AND durable_writes = true"
+    );
+    match flavour {
+        Flavour::Scylla => format!("{base} AND TABLETS = {{'enabled': false}}"),
+        Flavour::Cassandra => base,
+    }
+}
+
+/// Checks a keyspace's replication map (as read from `system_schema.keyspaces`) against the
+/// configuration: NetworkTopologyStrategy with exactly `rf` replicas in `dc`.
+pub fn check_replication(replication: &HashMap<String, String>, dc: &str, rf: u32) -> Result<(), String> {
+    let class = replication.get("class").map(String::as_str).unwrap_or("");
+    if !class.ends_with("NetworkTopologyStrategy") {
+        return Err(format!("replication class is {class:?}, want NetworkTopologyStrategy"));
+    }
+    match replication.get(dc) {
+        None => Err(format!("replication names no replicas in data centre {dc:?}: {replication:?}")),
+        Some(found) if found.trim() == rf.to_string() => Ok(()),
+        Some(found) => Err(format!("replication factor in {dc:?} is {found}, the configuration says {rf}")),
+    }
+}
+
+/// Checks that the configured local data centre is one the cluster's nodes report (`dcs`, as
+/// the driver sees them). Requests are pinned to that DC without failover, so a misspelt DC
+/// would otherwise surface as opaque "no node to ask" errors.
+pub fn check_dc(dcs: &[String], dc: &str) -> Result<(), String> {
+    if dcs.iter().any(|d| d == dc) {
+        return Ok(());
+    }
+    let mut known = dcs.to_vec();
+    known.sort();
+    known.dedup();
+    Err(format!("data centre {dc:?} is not in the cluster (its nodes are in {known:?})"))
+}
+
+/// Checks, on Scylla, that a keyspace uses vnodes (LWT does not work on tablets): `row` is what
+/// `SELECT initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?` returned
+/// (`None`: no row). A keyspace is tablet-based exactly when `initial_tablets` is not null (the
+/// rule the scylla driver itself applies); no row, or a null, is vnodes.
+pub fn check_vnodes(keyspace: &str, row: Option<Option<i32>>) -> Result<(), String> {
+    match row {
+        None | Some(None) => Ok(()),
+        Some(Some(tablets)) => Err(format!(
+            "keyspace {keyspace} uses tablets (initial_tablets = {tablets}); lightweight transactions need vnodes"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn cassandra_is_detected() {
+        let local = names(&["key", "bootstrapped", "data_center", "release_version", "tokens"]);
+        let schema = names(&["keyspaces", "tables", "columns"]);
+        assert_eq!(detect_flavour(&local, &schema), Ok(Flavour::Cassandra));
+    }
+
+    #[test]
+    fn scylla_is_detected() {
+        let local = names(&["key", "data_center", "supported_features", "tokens"]);
+        let schema = names(&["keyspaces", "tables", "scylla_keyspaces"]);
+        assert_eq!(detect_flavour(&local, &schema), Ok(Flavour::Scylla));
+    }
+
+    #[test]
+    fn mixed_or_empty_answers_are_refused() {
+        let local = names(&["key", "supported_features"]);
+        assert!(detect_flavour(&local, &names(&["keyspaces"])).is_err());
+        assert!(detect_flavour(&names(&["key"]), &names(&["scylla_keyspaces"])).is_err());
+        assert!(detect_flavour(&[], &[]).is_err());
+    }
+
+    #[test]
+    fn tablets_clause_only_on_scylla() {
+        let s = create_keyspace(Flavour::Scylla, "qim", "dc1", 3);
+        assert!(s.ends_with("AND TABLETS = {'enabled': false}"), "{s}");
+        assert!(s.contains("'dc1': 3"), "{s}");
+        let c = create_keyspace(Flavour::Cassandra, "qim", "dc1", 3);
+        assert!(!c.to_uppercase().contains("TABLETS"), "{c}");
+        assert!(c.starts_with("CREATE KEYSPACE IF NOT EXISTS qim "), "{c}");
+    }
+
+    #[test]
+    fn replication_must_match_exactly() {
+        let map = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        let nts = "org.apache.cassandra.locator.NetworkTopologyStrategy";
+        assert_eq!(check_replication(&map(&[("class", nts), ("dc1", "3")]), "dc1", 3), Ok(()));
+        assert!(check_replication(&map(&[("class", nts), ("dc1", "1")]), "dc1", 3).is_err());
+        assert!(check_replication(&map(&[("class", nts), ("dc2", "3")]), "dc1", 3).is_err());
+        let simple = "org.apache.cassandra.locator.SimpleStrategy";
+        assert!(check_replication(&map(&[("class", simple), ("replication_factor", "3")]), "dc1", 3).is_err());
+    }
+
+    #[test]
+    fn the_local_dc_must_exist() {
+        let dcs = names(&["dc1", "dc2", "dc1"]);
+        assert_eq!(check_dc(&dcs, "dc2"), Ok(()));
+        let err = check_dc(&dcs, "dc3").unwrap_err();
+        assert!(err.contains("\"dc3\"") && err.contains("[\"dc1\", \"dc2\"]"), "{err}");
+        assert!(check_dc(&[], "dc1").is_err());
+    }
+
+    #[test]
+    fn only_vnodes_keyspaces_pass_on_scylla() {
+        assert_eq!(check_vnodes("qim", None), Ok(()));
+        assert_eq!(check_vnodes("qim", Some(None)), Ok(()));
+        let err = check_vnodes("qim", Some(Some(0))).unwrap_err();
+        assert!(err.contains("tablets"), "{err}");
+    }
+
+    #[test]
+    fn every_table_is_created_in_the_keyspace() {
+        let ddl = create_tables("ks");
+        assert_eq!(ddl.len(), TABLES.len());
+        for (stmt, table) in ddl.iter().zip(TABLES) {
+            assert!(stmt.starts_with(&format!("CREATE TABLE IF NOT EXISTS ks.{table} (")), "{stmt}");
+        }
+    }
+
+    #[test]
+    fn hour_buckets_round_down() {
+        assert_eq!(hour_bucket(0), 0);
+        assert_eq!(hour_bucket(HOUR_MILLIS - 1), 0);
+        assert_eq!(hour_bucket(HOUR_MILLIS), 1);
+        assert_eq!(hour_bucket(-1), -1);
+    }
+}

@@ -1,0 +1,165 @@
+//! Shared by the Scylla test binaries: the test configuration, a session that fails loudly when
+//! Cassandra is missing, the once-per-process migration and the contract-suite harness.
+//!
+//! Prefer the generated keyspace: a reused `QIM_TEST_SCYLLA_KEYSPACE` keeps the unfinished
+//! commits earlier runs left at the suite's fixed start time `T0` for 2 h (the recovery entries'
+//! TTL), and from the third run within 2 h `scan_recoverable_commits_finds_unfinished_work`
+//! (which scans every tenant with a limit of 100) no longer sees its own commits.
+//!
+//! Each `#[tokio::test]` has its own runtime, so each opened store gets its own session (a
+//! session's connections belong to the runtime that made them); only the migration is shared.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use async_trait::async_trait;
+use qim_store::clock::ManualClock;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
+use qim_store::retention::RetentionPolicy;
+use qim_store::scylla::schema::SEQ_BUCKET_SIZE;
+use qim_store::scylla::{migrate, open_session, ScyllaConfig, ScyllaMessageStore};
+use qim_store::testsuite::MessageHarness;
+use qim_store::{MessageStore, StoreError};
+use scylla::client::session::Session;
+
+/// The suite's configuration, read once per process (the keyspace name is generated once).
+pub fn config() -> &'static ScyllaConfig {
+    static CONFIG: OnceLock<ScyllaConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("test configuration: {e}")))
+}
+
+pub fn describe(err: &StoreError) -> String {
+    let mut out = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        out.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    out
+}
+
+/// A session to the test server, or a panic naming Cassandra and how to start it.
+pub async fn connect(config: &ScyllaConfig) -> Session {
+    open_session(config).await.unwrap_or_else(|e| {
+        panic!(
+            "Cassandra is not reachable at {}: start the local stack with `deploy/local/stack up` \
+             (or point QIM_TEST_SCYLLA_HOSTS at a running Cassandra/ScyllaDB); cause: {}",
+            config.hosts.join(","),
+            describe(&e)
+        )
+    })
+}
+
+/// Migrates the suite's keyspace once per process (later calls wait for the first).
+pub async fn migrated(session: &Session) {
+    static MIGRATED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    MIGRATED
+        .get_or_init(|| async {
+            if std::env::var_os("QIM_TEST_SCYLLA_KEYSPACE").is_none() {
+                sweep_leftover_keyspaces(session).await;
+            }
+            migrate(session, config())
+                .await
+                .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", config().keyspace, describe(&e)));
+        })
+        .await;
+}
+
+/// Opens Scylla stores and keeps a typed handle to each, for sabotage by direct CQL.
+#[derive(Default)]
+pub struct Scylla {
+    stores: Mutex<Vec<ScyllaMessageStore>>,
+}
+
+impl Scylla {
+    pub fn store(&self) -> ScyllaMessageStore {
+        self.stores.lock().unwrap().last().cloned().expect("a store was opened")
+    }
+}
+
+pub fn record_key(
+    tenant: TenantId,
+    conversation: ConversationId,
+    seq: ConversationSeq,
+) -> (Vec<u8>, Vec<u8>, i64, i64) {
+    let bucket = i64::try_from(seq.0 / SEQ_BUCKET_SIZE).expect("test seqs are small");
+    (tenant.0.to_vec(), conversation.0.to_vec(), bucket, i64::try_from(seq.0).expect("test seqs are small"))
+}
+
+#[async_trait]
+impl MessageHarness for Scylla {
+    async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
+        let session = connect(config()).await;
+        migrated(&session).await;
+        let store = ScyllaMessageStore::with_session(session, config(), policy, clock)
+            .await
+            .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)));
+        self.stores.lock().unwrap().push(store.clone());
+        Arc::new(store)
+    }
+
+    async fn remove_record(
+        &self,
+        _: &Arc<dyn MessageStore>,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+    ) {
+        let store = self.store();
+        let cql = format!(
+            "DELETE FROM {}.message_record WHERE tenant_id = ? AND conversation_id = ? AND seq_bucket = ? \
+             AND conversation_seq = ?",
+            store.config().keyspace
+        );
+        store.session().query_unpaged(cql, record_key(tenant, conversation, seq)).await.expect("sabotage: remove");
+    }
+
+    async fn overwrite_record(
+        &self,
+        _: &Arc<dyn MessageStore>,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+        bytes: Vec<u8>,
+    ) {
+        let store = self.store();
+        let cql = format!(
+            "INSERT INTO {}.message_record (tenant_id, conversation_id, seq_bucket, conversation_seq, record_blob) \
+             VALUES (?, ?, ?, ?, ?)",
+            store.config().keyspace
+        );
+        let (t, c, b, s) = record_key(tenant, conversation, seq);
+        store.session().query_unpaged(cql, (t, c, b, s, bytes)).await.expect("sabotage: overwrite");
+    }
+}
+
+/// Drops test keyspaces that finished test processes left behind (a test binary has no hook to
+/// drop its own at exit): only names exactly of the generated form `qim_test_<pid>_<nanos>`,
+/// whose process no longer runs on this machine, created more than ten minutes ago. Linux only
+/// (`/proc` tells whether a pid runs); failures are reported and ignored.
+async fn sweep_leftover_keyspaces(session: &Session) {
+    const MIN_AGE_NANOS: u128 = 10 * 60 * 1_000_000_000;
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let Ok(result) = session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await else {
+        return;
+    };
+    let Ok(rows) = result.into_rows_result() else { return };
+    let Ok(names) = rows.rows::<(String,)>() else { return };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    for name in names.filter_map(Result::ok).map(|(n,)| n) {
+        let Some(rest) = name.strip_prefix("qim_test_") else { continue };
+        let Some((pid, nanos)) = rest.split_once('_') else { continue };
+        let (Ok(pid), Ok(nanos)) = (pid.parse::<u32>(), nanos.parse::<u128>()) else { continue };
+        let running = pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if running || now.saturating_sub(nanos) < MIN_AGE_NANOS {
+            continue;
+        }
+        match session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {name}"), &[]).await {
+            Ok(_) => eprintln!("dropped leftover test keyspace {name}"),
+            Err(e) => eprintln!("warning: could not drop leftover test keyspace {name}: {e}"),
+        }
+    }
+}
