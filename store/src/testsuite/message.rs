@@ -175,7 +175,7 @@ pub async fn step_with_wrong_message_or_unknown_key_fails(h: &dyn MessageHarness
     assert_eq!(store.load_commit(&req.key).await.unwrap().unwrap().state, CommitState::Recorded);
 }
 
-/// Concurrent reserves of distinct keys in one conversation get distinct seqs.
+/// Concurrent reserves of distinct keys in one conversation get distinct seqs (holes are legal).
 pub async fn concurrent_reserves_never_share_a_seq(h: &dyn MessageHarness) {
     let store = h.open(policy(), clock()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
@@ -191,8 +191,9 @@ pub async fn concurrent_reserves_never_share_a_seq(h: &dyn MessageHarness) {
     }
     got.sort_unstable();
     got.dedup();
-    assert_eq!(got.len(), 32, "every reserve got its own seq");
-    assert!(got.iter().all(|s| (1..=32).contains(s)), "no seq beyond the 32 issued: {got:?}");
+    // Contention may legally leave holes (a number consumed and never used), never a reuse.
+    assert_eq!(got.len(), 32, "every reserve got its own seq: {got:?}");
+    assert!(got.iter().all(|s| *s >= 1), "seqs start at 1: {got:?}");
 }
 
 /// The committed record reads back byte for byte, with the policy's expiry.
@@ -224,7 +225,8 @@ pub async fn scan_recoverable_commits_finds_unfinished_work(h: &dyn MessageHarne
     commit_fully(store.as_ref(), &request(t, user(1), "done", conv, b"x")).await;
     clock.advance(10);
     store.reserve(&request(t, user(1), "late", conv, b"x"), fresh_message_id()).await.unwrap();
-    let found = store.scan_recoverable_commits(T0.plus_millis(25), 100).await.unwrap();
+    // Other tests' unfinished commits may share a backend: scan wide, then keep this tenant's.
+    let found = store.scan_recoverable_commits(T0.plus_millis(25), 100_000).await.unwrap();
     let mine: Vec<_> =
         found.iter().filter(|c| c.intent.request.key.tenant == t).map(|c| (c.intent.seq.0, c.state)).collect();
     assert_eq!(
