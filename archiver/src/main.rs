@@ -1,1 +1,9 @@
-fn main() {}
+//! `qim-archiver`: for now the administrative subcommands (`check-config`, `migrate`); the service
+//! itself arrives with its issue. See the README.
+
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    qim_store::admin::main("qim-archiver", qim_archiver::config::ENVIRONMENT, std::env::args().skip(1)).await
+}

@@ -8,6 +8,7 @@
 //!   the hot tier), [`scylla`] (CQL against ScyllaDB, or Apache Cassandra 5 on our machines).
 //! - [`testsuite`] (feature `testsuite`): the contract suites every backend runs.
 
+pub mod admin;
 pub mod clock;
 pub mod codec;
 pub mod env;

@@ -1,0 +1,204 @@
+//! The administrative subcommands every qim service has, so operators get the same behaviour
+//! from each binary:
+//!
+//! - `check-config`: validates the service's documented environment without connecting to
+//!   anything, prints the resolved values (secrets redacted), exits 0; on invalid or unknown
+//!   variables prints each problem naming the variable and exits 2.
+//! - `migrate`: creates or verifies the Scylla keyspace and tables (never alters an existing
+//!   keyspace), then re-checks readiness; exits 0, or 1 with the reason.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use crate::env::EnvVar;
+use crate::mailbox::MailboxRetention;
+use crate::retention::RetentionPolicy;
+use crate::scylla::{migrate, open_session, readiness, ScyllaConfig};
+
+/// Variables whose values are never printed.
+const SECRETS: &[&str] = &["QIM_API_TOKEN"];
+/// Prefixes of variables that belong to tests and the local stack, not to services.
+const NOT_SERVICE_VARS: &[&str] = &["QIM_TEST_", "QIM_STACK_"];
+
+/// One problem with the environment, naming the variable.
+pub type Problem = String;
+
+fn check_value(var: &EnvVar, value: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+    let whole = |lo: u64, hi: u64| match value.trim().parse::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(()),
+        _ => Err(format!("must be a whole number in {lo}..={hi}")),
+    };
+    match var.name {
+        "QIM_STORE_BACKEND" => match value {
+            "redis" | "scylla" => Ok(()),
+            _ => Err("must be `redis` or `scylla`".to_owned()),
+        },
+        "QIM_REDIS_URL" => redis::Client::open(value).map(|_| ()).map_err(|e| format!("is not a Redis URL: {e}")),
+        "QIM_SCYLLA_HOSTS" => ScyllaConfig::production_from(lookup).map(|_| ()).map_err(|e| e.to_string()),
+        "QIM_DEFAULT_HISTORY_RETENTION_DAYS" => {
+            RetentionPolicy::from_env_value(Some(value)).map(|_| ()).map_err(|e| e.to_string())
+        }
+        "QIM_MAILBOX_RETENTION_DAYS" => match value.trim().parse::<u32>() {
+            Ok(days) => MailboxRetention::days(days).map(|_| ()),
+            Err(_) => Err("must be a whole number of days".to_owned()),
+        },
+        "QIM_HOT_WINDOW_DAYS" => whole(1, 30),
+        "QIM_MAILBOX_SHARDS" => whole(1, 1024),
+        "QIM_MAX_BODY_BYTES" => whole(1, crate::message::MAX_PAYLOAD_BYTES as u64),
+        "QIM_MAX_IN_FLIGHT_COMMITS" => whole(1, 1_000_000),
+        name if name.ends_with("_HTTP_ADDR") => {
+            value.parse::<SocketAddr>().map(|_| ()).map_err(|_| "must be an address like 127.0.0.1:8080".to_owned())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks every variable of `tables` (value from `lookup`, else its default) and flags `QIM_*`
+/// variables in `present` that the service does not read (a typo would otherwise be ignored
+/// silently). Returns the resolved `(name, shown value)` pairs, or every problem found.
+pub fn check_environment(
+    tables: &[&[EnvVar]],
+    lookup: &dyn Fn(&str) -> Option<String>,
+    present: impl IntoIterator<Item = String>,
+) -> Result<Vec<(&'static str, String)>, Vec<Problem>> {
+    let mut resolved = Vec::new();
+    let mut problems = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for var in tables.iter().flat_map(|t| t.iter()).filter(|v| seen.insert(v.name)) {
+        let value = lookup(var.name).or_else(|| var.default.map(str::to_owned));
+        if let Some(value) = &value {
+            if let Err(why) = check_value(var, value, lookup) {
+                problems.push(format!("{}={value:?} {why}", var.name));
+            }
+        }
+        let shown = match (&value, SECRETS.contains(&var.name)) {
+            (None, _) => "(unset)".to_owned(),
+            (Some(_), true) => "(set, redacted)".to_owned(),
+            (Some(v), false) => v.clone(),
+        };
+        resolved.push((var.name, shown));
+    }
+    for name in present {
+        let ours = name.starts_with("QIM_") && !NOT_SERVICE_VARS.iter().any(|p| name.starts_with(p));
+        if ours && !seen.contains(name.as_str()) {
+            problems.push(format!("{name} is set but this service does not read it (a typo?)"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(resolved)
+    } else {
+        Err(problems)
+    }
+}
+
+/// Runs `migrate` against the production Scylla settings of `lookup`.
+pub async fn migrate_from(lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let config = ScyllaConfig::production_from(lookup).map_err(|e| e.to_string())?;
+    let session = open_session(&config).await.map_err(|e| e.to_string())?;
+    migrate(&session, &config).await.map_err(|e| format!("migrating keyspace {}: {e}", config.keyspace))?;
+    let ready = readiness(&session, &config).await.map_err(|e| e.to_string())?;
+    if !ready.is_ready() {
+        return Err(format!("keyspace {} is not ready after migrating: {ready:?}", config.keyspace));
+    }
+    Ok(format!(
+        "keyspace {} ready in data centre {} with replication factor {}",
+        config.keyspace, config.local_dc, config.replication_factor
+    ))
+}
+
+/// The entry point of a service binary until its own `serve`/`run` exists: handles
+/// `check-config`, `migrate` and `help`; anything else is a usage error (exit 2).
+pub async fn main(service: &str, tables: &[&[EnvVar]], args: impl IntoIterator<Item = String>) -> ExitCode {
+    let lookup = |name: &str| std::env::var(name).ok();
+    let usage = format!("usage: {service} <check-config|migrate|help>\n  check-config  validate the QIM_* environment without connecting\n  migrate       create or verify the Scylla keyspace and tables");
+    match args.into_iter().next().as_deref() {
+        Some("check-config") => match check_environment(tables, &lookup, std::env::vars().map(|(k, _)| k)) {
+            Ok(resolved) => {
+                for (name, value) in resolved {
+                    println!("{name}={value}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(problems) => {
+                for p in problems {
+                    eprintln!("error: {p}");
+                }
+                ExitCode::from(2)
+            }
+        },
+        Some("migrate") => match migrate_from(&lookup).await {
+            Ok(summary) => {
+                println!("{summary}");
+                ExitCode::SUCCESS
+            }
+            Err(why) => {
+                eprintln!("error: {why}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("help" | "--help" | "-h") => {
+            println!("{usage}");
+            ExitCode::SUCCESS
+        }
+        other => {
+            if let Some(word) = other {
+                eprintln!("error: unknown subcommand {word:?}");
+            }
+            eprintln!("{usage}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::env::{HTTP_ENV, KAFKA_ENV, STORE_ENV};
+
+    const TABLES: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV];
+
+    fn check(pairs: &[(&str, &str)]) -> Result<Vec<(&'static str, String)>, Vec<Problem>> {
+        let env: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let lookup = |name: &str| env.get(name).cloned();
+        check_environment(TABLES, &lookup, env.keys().cloned())
+    }
+
+    #[test]
+    fn defaults_are_valid_in_production() {
+        let resolved = check(&[]).expect("the documented defaults are valid");
+        assert!(resolved.contains(&("QIM_STORE_BACKEND", "redis".to_owned())));
+        assert!(resolved.contains(&("QIM_API_TOKEN", "(unset)".to_owned())));
+    }
+
+    #[test]
+    fn every_problem_names_its_variable() {
+        let problems = check(&[
+            ("QIM_STORE_BACKEND", "postgres"),
+            ("QIM_DEFAULT_HISTORY_RETENTION_DAYS", "0"),
+            ("QIM_SCYLLA_RF", "1"),
+            ("QIM_REDIS_URL", "not a url"),
+            ("QIM_STOER_BACKEND", "redis"),
+            ("QIM_TEST_SCYLLA_RF", "1"),
+        ])
+        .unwrap_err();
+        for var in [
+            "QIM_STORE_BACKEND=",
+            "QIM_DEFAULT_HISTORY_RETENTION_DAYS",
+            "QIM_SCYLLA_RF",
+            "QIM_REDIS_URL",
+            "QIM_STOER_BACKEND",
+        ] {
+            assert!(problems.iter().any(|p| p.contains(var)), "{var} not reported in {problems:?}");
+        }
+        assert_eq!(problems.len(), 5, "test and stack variables are not service variables: {problems:?}");
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        let resolved = check(&[("QIM_API_TOKEN", "hunter2")]).unwrap();
+        assert!(resolved.contains(&("QIM_API_TOKEN", "(set, redacted)".to_owned())));
+        assert!(!format!("{resolved:?}").contains("hunter2"));
+    }
+}

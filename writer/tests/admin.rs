@@ -1,0 +1,84 @@
+//! The writer binary's administrative subcommands, run as an operator would: `check-config`
+//! (exit 0, or 2 naming each bad variable) and `migrate` against the local stack's Cassandra
+//! (creates, then verifies unchanged; refuses a different replication factor). Fails, never
+//! skips, when Cassandra is missing.
+
+use std::process::{Command, Output};
+
+fn writer(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qim-writer"));
+    cmd.args(args);
+    for (name, _) in std::env::vars().filter(|(k, _)| k.starts_with("QIM_")) {
+        cmd.env_remove(name);
+    }
+    cmd.envs(env.iter().copied()).output().expect("running qim-writer")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn check_config_prints_the_resolved_environment() {
+    let out = writer(&["check-config"], &[("QIM_API_TOKEN", "secret-token")]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("QIM_STORE_BACKEND=redis"), "{stdout}");
+    assert!(stdout.contains("QIM_WRITER_HTTP_ADDR=127.0.0.1:8080"), "{stdout}");
+    assert!(!stdout.contains("secret-token"), "the token is redacted: {stdout}");
+}
+
+#[test]
+fn check_config_names_every_bad_variable() {
+    let out = writer(
+        &["check-config"],
+        &[("QIM_STORE_BACKEND", "sqlite"), ("QIM_WRITER_HTTP_ADDR", "everywhere"), ("QIM_MAX_BODYBYTES", "1")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    for var in ["QIM_STORE_BACKEND", "QIM_WRITER_HTTP_ADDR", "QIM_MAX_BODYBYTES"] {
+        assert!(stderr.contains(var), "{var} missing from: {stderr}");
+    }
+}
+
+#[test]
+fn an_unknown_subcommand_is_a_usage_error() {
+    let out = writer(&["serve-everything"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("usage: qim-writer"));
+}
+
+#[test]
+fn migrate_creates_then_verifies_and_never_alters_replication() {
+    let hosts = std::env::var("QIM_TEST_SCYLLA_HOSTS").unwrap_or_else(|_| "127.0.0.1:9042".to_owned());
+    let keyspace = format!("qim_admin_{}", std::process::id());
+    // One node here: RF 3 passes the production check and Cassandra accepts it for DDL.
+    let env =
+        [("QIM_SCYLLA_HOSTS", hosts.as_str()), ("QIM_SCYLLA_KEYSPACE", keyspace.as_str()), ("QIM_SCYLLA_RF", "3")];
+    let first = writer(&["migrate"], &env);
+    assert!(
+        first.status.success(),
+        "migrate failed (is Cassandra up? start it with `deploy/local/stack up`): {}",
+        text(&first.stderr)
+    );
+    assert!(text(&first.stdout).contains(&format!("keyspace {keyspace} ready")));
+    let second = writer(&["migrate"], &env);
+    assert!(second.status.success(), "a second migrate verifies: {}", text(&second.stderr));
+    let other_rf = [env[0], env[1], ("QIM_SCYLLA_RF", "5")];
+    let refused = writer(&["migrate"], &other_rf);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(text(&refused.stderr).contains("never altered"), "{}", text(&refused.stderr));
+    drop_keyspace(&hosts, &keyspace);
+}
+
+fn drop_keyspace(hosts: &str, keyspace: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let session = scylla::client::session_builder::SessionBuilder::new()
+            .known_nodes(hosts.split(','))
+            .build()
+            .await
+            .expect("Cassandra answered migrate a moment ago");
+        session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), &[]).await.expect("dropping the keyspace");
+    });
+}
