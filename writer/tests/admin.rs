@@ -50,7 +50,9 @@ fn an_unknown_subcommand_is_a_usage_error() {
 
 #[test]
 fn migrate_creates_then_verifies_and_never_alters_replication() {
-    let hosts = std::env::var("QIM_TEST_SCYLLA_HOSTS").unwrap_or_else(|_| "127.0.0.1:9042".to_owned());
+    let hosts = std::env::var("QIM_TEST_SCYLLA_HOSTS").expect(
+        "QIM_TEST_SCYLLA_HOSTS is not set: the Scylla tests need an explicit test cluster (deploy/local/test sets it)",
+    );
     let keyspace = format!("qim_admin_{}", std::process::id());
     // One node here: RF 3 passes the production check and Cassandra accepts it for DDL.
     let env =

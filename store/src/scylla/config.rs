@@ -133,17 +133,22 @@ impl ScyllaConfig {
         Self::production_from(|var| std::env::var(var).ok())
     }
 
-    /// Isolated test settings from `lookup`: `QIM_TEST_SCYLLA_HOSTS` (default
-    /// `127.0.0.1:9042`), `QIM_TEST_SCYLLA_KEYSPACE` (default [`generated_test_keyspace`]),
-    /// `QIM_TEST_SCYLLA_DC` (default `datacenter1`), `QIM_TEST_SCYLLA_RF` (default 1; 1 is legal
-    /// only here).
+    /// Isolated test settings from `lookup`: `QIM_TEST_SCYLLA_HOSTS`, `QIM_TEST_SCYLLA_DC` and
+    /// `QIM_TEST_SCYLLA_RF` are required (RF 1 is legal only here): a test run must name its
+    /// cluster explicitly, and fails loudly instead of guessing (`deploy/local/test` sets them
+    /// for the local stack). `QIM_TEST_SCYLLA_KEYSPACE` is optional (default
+    /// [`generated_test_keyspace`], a fresh keyspace per run).
     pub fn test_from(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ScyllaConfigError> {
-        let get = |var: &str, default: &str| lookup(var).unwrap_or_else(|| default.to_owned());
+        let required = |var: &'static str| {
+            lookup(var).ok_or_else(|| {
+                err(var, "is not set: the Scylla tests need an explicit test cluster (deploy/local/test sets it for the local stack)")
+            })
+        };
         Ok(Self {
-            hosts: hosts(TEST_HOSTS_VAR, &get(TEST_HOSTS_VAR, "127.0.0.1:9042"))?,
-            keyspace: keyspace(TEST_KEYSPACE_VAR, &get(TEST_KEYSPACE_VAR, &generated_test_keyspace()))?,
-            local_dc: dc(TEST_DC_VAR, &get(TEST_DC_VAR, "datacenter1"))?,
-            replication_factor: rf(TEST_RF_VAR, &get(TEST_RF_VAR, "1"), 1)?,
+            hosts: hosts(TEST_HOSTS_VAR, &required(TEST_HOSTS_VAR)?)?,
+            keyspace: keyspace(TEST_KEYSPACE_VAR, &lookup(TEST_KEYSPACE_VAR).unwrap_or_else(generated_test_keyspace))?,
+            local_dc: dc(TEST_DC_VAR, &required(TEST_DC_VAR)?)?,
+            replication_factor: rf(TEST_RF_VAR, &required(TEST_RF_VAR)?, 1)?,
         })
     }
 
@@ -215,23 +220,43 @@ mod tests {
         assert!(ScyllaConfig::production_from(vars(&[(KEYSPACE_VAR, &"k".repeat(48))])).is_ok());
     }
 
+    const LOCAL: &[(&str, &str)] =
+        &[(TEST_HOSTS_VAR, "127.0.0.1:9042"), (TEST_DC_VAR, "datacenter1"), (TEST_RF_VAR, "1")];
+
+    fn with(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+        let mut all: Vec<_> = LOCAL.iter().copied().filter(|(k, _)| !extra.iter().any(|(e, _)| e == k)).collect();
+        all.extend_from_slice(extra);
+        all
+    }
+
     #[test]
     fn test_config_allows_rf_one_and_generates_a_keyspace() {
-        let c = ScyllaConfig::test_from(vars(&[])).unwrap();
+        let c = ScyllaConfig::test_from(vars(LOCAL)).unwrap();
         assert_eq!(c.hosts, vec!["127.0.0.1:9042".to_owned()]);
         assert_eq!((c.local_dc.as_str(), c.replication_factor), ("datacenter1", 1));
         assert!(c.keyspace.starts_with("qim_test_"), "{}", c.keyspace);
         validate_keyspace(&c.keyspace).unwrap();
-        let c = ScyllaConfig::test_from(vars(&[(TEST_KEYSPACE_VAR, "mine"), (TEST_RF_VAR, "2")])).unwrap();
+        let c = ScyllaConfig::test_from(vars(&with(&[(TEST_KEYSPACE_VAR, "mine"), (TEST_RF_VAR, "2")]))).unwrap();
         assert_eq!((c.keyspace.as_str(), c.replication_factor), ("mine", 2));
-        assert_eq!(ScyllaConfig::test_from(vars(&[(TEST_RF_VAR, "0")])).unwrap_err().var, TEST_RF_VAR);
-        assert_eq!(ScyllaConfig::test_from(vars(&[(TEST_DC_VAR, "")])).unwrap_err().var, TEST_DC_VAR);
-        assert_eq!(ScyllaConfig::test_from(vars(&[(TEST_KEYSPACE_VAR, "a b")])).unwrap_err().var, TEST_KEYSPACE_VAR);
+        assert_eq!(ScyllaConfig::test_from(vars(&with(&[(TEST_RF_VAR, "0")]))).unwrap_err().var, TEST_RF_VAR);
+        assert_eq!(ScyllaConfig::test_from(vars(&with(&[(TEST_DC_VAR, "")]))).unwrap_err().var, TEST_DC_VAR);
+        let bad_keyspace = ScyllaConfig::test_from(vars(&with(&[(TEST_KEYSPACE_VAR, "a b")])));
+        assert_eq!(bad_keyspace.unwrap_err().var, TEST_KEYSPACE_VAR);
+    }
+
+    #[test]
+    fn test_config_requires_an_explicit_cluster() {
+        for missing in [TEST_HOSTS_VAR, TEST_DC_VAR, TEST_RF_VAR] {
+            let rest: Vec<_> = LOCAL.iter().copied().filter(|(k, _)| *k != missing).collect();
+            let e = ScyllaConfig::test_from(vars(&rest)).unwrap_err();
+            assert_eq!(e.var, missing);
+            assert!(e.to_string().contains("is not set"), "{e}");
+        }
     }
 
     #[test]
     fn test_config_ignores_production_variables() {
-        let c = ScyllaConfig::test_from(vars(&[(RF_VAR, "1"), (KEYSPACE_VAR, "prod")])).unwrap();
+        let c = ScyllaConfig::test_from(vars(&with(&[(RF_VAR, "1"), (KEYSPACE_VAR, "prod")]))).unwrap();
         assert_ne!(c.keyspace, "prod");
     }
 }
