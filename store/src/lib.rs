@@ -21,6 +21,7 @@ pub mod message;
 mod message_store;
 pub mod redis;
 pub mod retention;
+mod rules;
 pub mod scylla;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;

@@ -15,8 +15,7 @@ use crate::mailbox::{
     MailboxEntry, MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardId,
 };
 use crate::mailbox_store::MailboxStore;
-
-mod groups;
+use crate::rules::{canonical_groups, range_preamble};
 
 type UserKey = (TenantId, UserId);
 
@@ -135,7 +134,7 @@ impl MemoryMailboxStore {
 #[async_trait]
 impl MailboxStore for MemoryMailboxStore {
     async fn append_batch(&self, entries: &[MailboxEntry]) -> StoreResult<()> {
-        let groups = groups::canonical_groups(entries)?;
+        let groups = canonical_groups(entries)?;
         let mut inner = lock(&self.inner);
         self.write_groups(&mut inner, groups)
     }
@@ -231,7 +230,7 @@ impl MailboxStore for MemoryMailboxStore {
         }
         let entries: Vec<MailboxEntry> =
             recipients.iter().map(|u| manifest.entry_for(*u, row.receipt.seq, &self.retention)).collect();
-        let groups = groups::canonical_groups(&entries)?;
+        let groups = canonical_groups(&entries)?;
         self.write_groups(&mut inner, groups)?;
         Ok(entries.len())
     }
@@ -264,14 +263,8 @@ impl MailboxStore for MemoryMailboxStore {
         up_to: MailboxSeq,
         max_items: usize,
     ) -> StoreResult<MailboxPage> {
-        if after.epoch() != up_to.epoch() {
-            return Err(StoreError::InvalidInput(format!("cursor {after} and bound {up_to} are of different epochs")));
-        }
-        if max_items == 0 {
-            return Err(StoreError::InvalidInput("max_items must be at least 1".into()));
-        }
-        if after > up_to {
-            return Ok(MailboxPage { groups: Vec::new(), covered: after });
+        if let Some(page) = range_preamble(after, up_to, max_items)? {
+            return Ok(page);
         }
         let now = self.clock.now();
         let key = (tenant, user);

@@ -12,10 +12,11 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
 use crate::message::{
     Commit, CommitIntent, CommitKey, CommitRequest, CommitState, ConversationSummary, Direction, HistoryPage,
-    HistoryQuery, MessageRecord, Publication, ReadPosition, MAX_PAGE_ITEMS, MAX_PAYLOAD_BYTES, UNREAD_PRECISE_LIMIT,
+    HistoryQuery, MessageRecord, Publication, ReadPosition, MAX_PAGE_ITEMS, UNREAD_PRECISE_LIMIT,
 };
 use crate::message_store::{GcReport, HistoryAuthorizer, MessageStore, COMMIT_AUX_TTL_MILLIS};
 use crate::retention::RetentionPolicy;
+use crate::rules::{check_request, conflict, expect_message, expect_state, not_found};
 
 type ConvKey = (TenantId, ConversationId);
 
@@ -76,28 +77,8 @@ impl MemoryMessageStore {
     }
 }
 
-fn conflict(key: &CommitKey, what: impl std::fmt::Display) -> StoreError {
-    StoreError::Conflict(format!("commit {}/{}/{}: {what}", key.tenant, key.sender, key.client_message_id))
-}
-
 fn stored<'a>(inner: &'a mut Inner, key: &CommitKey) -> StoreResult<&'a mut StoredCommit> {
-    inner.commits.get_mut(key).ok_or_else(|| {
-        StoreError::NotFound(format!("no commit for {}/{}/{}", key.tenant, key.sender, key.client_message_id))
-    })
-}
-
-fn expect_state(key: &CommitKey, commit: &Commit, want: CommitState) -> StoreResult<()> {
-    if commit.state != want {
-        return Err(conflict(key, format!("state is {}, the step needs {}", commit.state.as_str(), want.as_str())));
-    }
-    Ok(())
-}
-
-fn expect_message(key: &CommitKey, commit: &Commit, message_id: MessageId) -> StoreResult<()> {
-    if commit.intent.message_id != message_id {
-        return Err(conflict(key, format!("message id {message_id} is not the reserved {}", commit.intent.message_id)));
-    }
-    Ok(())
+    inner.commits.get_mut(key).ok_or_else(|| not_found(key))
 }
 
 impl Inner {
@@ -130,12 +111,7 @@ impl Inner {
 #[async_trait]
 impl MessageStore for MemoryMessageStore {
     async fn reserve(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
-        if request.payload.len() > MAX_PAYLOAD_BYTES {
-            return Err(StoreError::InvalidInput(format!(
-                "payload of {} bytes exceeds {MAX_PAYLOAD_BYTES}",
-                request.payload.len()
-            )));
-        }
+        check_request(request)?;
         let request_bytes = encode_request(request);
         let mut inner = lock(&self.inner);
         if let Some(existing) = inner.commits.get(&request.key) {

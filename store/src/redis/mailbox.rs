@@ -70,6 +70,7 @@ use crate::mailbox::{
     MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardId,
 };
 use crate::mailbox_store::MailboxStore;
+use crate::rules::{canonical_groups, range_preamble};
 
 static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_commit.lua")));
 static SCAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_scan.lua")));
@@ -155,7 +156,7 @@ impl RedisMailboxStore {
 #[async_trait]
 impl MailboxStore for RedisMailboxStore {
     async fn append_batch(&self, entries: &[MailboxEntry]) -> StoreResult<()> {
-        let groups = user::canonical_groups(entries)?;
+        let groups = canonical_groups(entries)?;
         let now = self.clock.now();
         user::write_groups(&mut self.conn.clone(), &self.ns, groups, now).await
     }
@@ -206,7 +207,7 @@ impl MailboxStore for RedisMailboxStore {
         }
         let entries: Vec<MailboxEntry> =
             recipients.iter().map(|u| manifest.entry_for(*u, canonical, &self.retention)).collect();
-        let groups = user::canonical_groups(&entries)?;
+        let groups = canonical_groups(&entries)?;
         user::write_groups(&mut conn, &self.ns, groups, self.clock.now()).await?;
         Ok(entries.len())
     }
@@ -238,14 +239,8 @@ impl MailboxStore for RedisMailboxStore {
         up_to: MailboxSeq,
         max_items: usize,
     ) -> StoreResult<MailboxPage> {
-        if after.epoch() != up_to.epoch() {
-            return Err(StoreError::InvalidInput(format!("cursor {after} and bound {up_to} are of different epochs")));
-        }
-        if max_items == 0 {
-            return Err(StoreError::InvalidInput("max_items must be at least 1".into()));
-        }
-        if after > up_to {
-            return Ok(MailboxPage { groups: Vec::new(), covered: after });
+        if let Some(page) = range_preamble(after, up_to, max_items)? {
+            return Ok(page);
         }
         let now = self.clock.now();
         let keys = UserKeys::new(&self.ns, &tenant, &user);

@@ -82,10 +82,11 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
 use crate::message::{
     Commit, CommitIntent, CommitKey, CommitRequest, CommitState, ConversationSummary, HistoryPage, HistoryQuery,
-    Publication, ReadPosition, MAX_PAYLOAD_BYTES,
+    Publication, ReadPosition,
 };
 use crate::message_store::{GcReport, HistoryAuthorizer, MessageStore, COMMIT_AUX_TTL_MILLIS};
 use crate::retention::RetentionPolicy;
+use crate::rules::{check_request, conflict, describe as context, expect_message, expect_state, not_found};
 
 /// Redis TTL put on a COMMITTED commit hash: a safety net against leaks (a crash before the
 /// commit reached `{commitgc}`), twice the auxiliary TTL the GC enforces on the injected clock.
@@ -119,32 +120,6 @@ struct Stored {
     blob: Vec<u8>,
     request_bytes: Vec<u8>,
     commit: Commit,
-}
-
-fn conflict(key: &CommitKey, what: impl std::fmt::Display) -> StoreError {
-    StoreError::Conflict(format!("commit {}/{}/{}: {what}", key.tenant, key.sender, key.client_message_id))
-}
-
-fn context(key: &CommitKey) -> String {
-    format!("commit {}/{}/{}", key.tenant, key.sender, key.client_message_id)
-}
-
-fn not_found(key: &CommitKey) -> StoreError {
-    StoreError::NotFound(format!("no commit for {}/{}/{}", key.tenant, key.sender, key.client_message_id))
-}
-
-fn expect_state(key: &CommitKey, commit: &Commit, want: CommitState) -> StoreResult<()> {
-    if commit.state != want {
-        return Err(conflict(key, format!("state is {}, the step needs {}", commit.state.as_str(), want.as_str())));
-    }
-    Ok(())
-}
-
-fn expect_message(key: &CommitKey, commit: &Commit, message_id: MessageId) -> StoreResult<()> {
-    if commit.intent.message_id != message_id {
-        return Err(conflict(key, format!("message id {message_id} is not the reserved {}", commit.intent.message_id)));
-    }
-    Ok(())
 }
 
 /// Whether `commit` is COMMITTED and past the auxiliary TTL at `now`.
@@ -297,12 +272,7 @@ impl RedisMessageStore {
 #[async_trait]
 impl MessageStore for RedisMessageStore {
     async fn reserve(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
-        if request.payload.len() > MAX_PAYLOAD_BYTES {
-            return Err(StoreError::InvalidInput(format!(
-                "payload of {} bytes exceeds {MAX_PAYLOAD_BYTES}",
-                request.payload.len()
-            )));
-        }
+        check_request(request)?;
         let key = &request.key;
         let request_bytes = encode_request(request);
         // (a) A replay answers from the stored commit and consumes no seq.

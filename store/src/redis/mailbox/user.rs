@@ -14,10 +14,10 @@ use redis::Value;
 use super::keys::{seq8, UserKeys};
 use super::reply::{bulk, status};
 use super::{redis_err, COMMIT, MAX_ATTEMPTS, SCAN, TRIM};
-use crate::codec::{decode_event_group, encode_event_group, validate_group, RetentionLedger};
+use crate::codec::{decode_event_group, encode_event_group, RetentionLedger};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
-use crate::mailbox::{EventGroup, MailboxEntry, MailboxPage, MailboxSeq};
+use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
 
 /// Most groups one scan script returns.
 const SCAN_BATCH: usize = 256;
@@ -26,42 +26,6 @@ const MAX_IN_FLIGHT: usize = 32;
 /// Group keys outlive the latest live bucket by this much, so a Redis clock ahead of the
 /// injected one can not drop a group its ledger still counts as live.
 const KEY_SLACK_MILLIS: i64 = MILLIS_PER_DAY;
-
-/// Groups `entries` by `(tenant, user, seq)`, sorts each group's events by (ordinal, event id)
-/// and checks the group rules (the same rules as the memory backend): every entry of a group
-/// carries the same expiry, aligned to the end of a UTC day. Any violation is `InvalidInput` and
-/// nothing is returned.
-pub(super) fn canonical_groups(entries: &[MailboxEntry]) -> StoreResult<Vec<EventGroup>> {
-    let mut by_key: BTreeMap<(TenantId, UserId, MailboxSeq), EventGroup> = BTreeMap::new();
-    for e in entries {
-        if e.expires_at.0.rem_euclid(MILLIS_PER_DAY) != 0 {
-            return Err(StoreError::InvalidInput(format!(
-                "entry expiry {} is not the end of a UTC day",
-                e.expires_at.0
-            )));
-        }
-        let group = by_key.entry((e.tenant, e.user, e.seq)).or_insert_with(|| EventGroup {
-            tenant: e.tenant,
-            user: e.user,
-            seq: e.seq,
-            expires_at: e.expires_at,
-            events: Vec::new(),
-        });
-        if group.expires_at != e.expires_at {
-            return Err(StoreError::InvalidInput(format!("events of mailbox seq {} carry different expiries", e.seq)));
-        }
-        group.events.push(e.event.clone());
-    }
-    by_key
-        .into_values()
-        .map(|mut g| {
-            g.events.sort_by_key(|e| (e.ordinal, e.event_id));
-            validate_group(&g)
-                .map_err(|reason| StoreError::InvalidInput(format!("mailbox seq {} of {}: {reason}", g.seq, g.user)))?;
-            Ok(g)
-        })
-        .collect()
-}
 
 /// A snapshot of one user's meta.
 #[derive(Clone, Debug)]

@@ -15,9 +15,11 @@ use super::ScyllaMessageStore;
 use crate::codec::{decode_commit, encode_commit, encode_intent, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{MessageId, UnixMillis};
-use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, Publication, MAX_PAYLOAD_BYTES};
+use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, Publication};
 use crate::message_store::COMMIT_AUX_TTL_MILLIS;
 use crate::retention::ttl_until;
+use crate::rules::{check_request, expect_message, expect_state, not_found};
+pub(super) use crate::rules::{conflict, describe};
 use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
 use crate::scylla::schema::hour_bucket;
 
@@ -47,18 +49,6 @@ pub(super) enum Found {
 /// The key columns of a commit, as bound to CQL.
 pub(super) fn key_values(key: &CommitKey) -> (&[u8], &[u8], &str) {
     (&key.tenant.0[..], &key.sender.0[..], key.client_message_id.as_str())
-}
-
-pub(super) fn describe(key: &CommitKey) -> String {
-    format!("commit {}/{}/{}", key.tenant, key.sender, key.client_message_id)
-}
-
-pub(super) fn conflict(key: &CommitKey, what: impl std::fmt::Display) -> StoreError {
-    StoreError::Conflict(format!("{}: {what}", describe(key)))
-}
-
-fn not_found(key: &CommitKey) -> StoreError {
-    StoreError::NotFound(format!("no {}", describe(key)))
 }
 
 /// Whether a commit's auxiliary facts have outlived their TTL at `now`.
@@ -94,12 +84,7 @@ impl ScyllaMessageStore {
     }
 
     pub(super) async fn reserve_impl(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
-        if request.payload.len() > MAX_PAYLOAD_BYTES {
-            return Err(StoreError::InvalidInput(format!(
-                "payload of {} bytes exceeds {MAX_PAYLOAD_BYTES}",
-                request.payload.len()
-            )));
-        }
+        check_request(request)?;
         let key = &request.key;
         let request_blob = encode_request(request);
         let takeover = match self.find(key, self.now()).await? {
@@ -282,20 +267,6 @@ pub(super) fn classify(
         return Ok(Found::Gone { request_blob: Some(request_blob), commit_blob: Some(blob) });
     }
     Ok(Found::Live { request_blob, commit })
-}
-
-fn expect_state(key: &CommitKey, commit: &Commit, want: CommitState) -> StoreResult<()> {
-    if commit.state != want {
-        return Err(conflict(key, format!("state is {}, the step needs {}", commit.state.as_str(), want.as_str())));
-    }
-    Ok(())
-}
-
-fn expect_message(key: &CommitKey, commit: &Commit, message_id: MessageId) -> StoreResult<()> {
-    if commit.intent.message_id != message_id {
-        return Err(conflict(key, format!("message id {message_id} is not the reserved {}", commit.intent.message_id)));
-    }
-    Ok(())
 }
 
 /// The TTL in seconds that makes a row written at `now` vanish at `expires` (at least 1).

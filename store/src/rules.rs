@@ -1,0 +1,108 @@
+//! Rules every backend applies the same way, written once: the commit state machine's checks
+//! and request limits, and the mailbox's grouping and range preconditions. Backends differ in
+//! how they store facts, never in what they accept.
+
+use std::collections::BTreeMap;
+
+use crate::codec::validate_group;
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{MessageId, TenantId, UserId, MILLIS_PER_DAY};
+use crate::mailbox::{EventGroup, MailboxEntry, MailboxPage, MailboxSeq};
+use crate::message::{Commit, CommitKey, CommitRequest, CommitState, MAX_PAYLOAD_BYTES};
+
+/// `commit <tenant>/<sender>/<client id>`, the prefix of every commit error.
+pub(crate) fn describe(key: &CommitKey) -> String {
+    format!("commit {}/{}/{}", key.tenant, key.sender, key.client_message_id)
+}
+
+/// A `Conflict` on `key`.
+pub(crate) fn conflict(key: &CommitKey, what: impl std::fmt::Display) -> StoreError {
+    StoreError::Conflict(format!("{}: {what}", describe(key)))
+}
+
+/// `NotFound` for a key never reserved (or collected).
+pub(crate) fn not_found(key: &CommitKey) -> StoreError {
+    StoreError::NotFound(format!("no {}", describe(key)))
+}
+
+/// A step runs only from its predecessor state.
+pub(crate) fn expect_state(key: &CommitKey, commit: &Commit, want: CommitState) -> StoreResult<()> {
+    if commit.state != want {
+        return Err(conflict(key, format!("state is {}, the step needs {}", commit.state.as_str(), want.as_str())));
+    }
+    Ok(())
+}
+
+/// A step names the message id that was reserved.
+pub(crate) fn expect_message(key: &CommitKey, commit: &Commit, message_id: MessageId) -> StoreResult<()> {
+    if commit.intent.message_id != message_id {
+        return Err(conflict(key, format!("message id {message_id} is not the reserved {}", commit.intent.message_id)));
+    }
+    Ok(())
+}
+
+/// What `reserve` refuses before touching storage (so a refused request consumes no seq).
+pub(crate) fn check_request(request: &CommitRequest) -> StoreResult<()> {
+    if request.payload.len() > MAX_PAYLOAD_BYTES {
+        return Err(StoreError::InvalidInput(format!(
+            "payload of {} bytes exceeds {MAX_PAYLOAD_BYTES}",
+            request.payload.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Groups `entries` by `(tenant, user, seq)`, sorts each group's events by (ordinal, event id)
+/// and checks the group rules. Every entry of a group must carry the same expiry, aligned to the
+/// end of a UTC day (so a bucket's proof covers every entry in it). Any violation is
+/// `InvalidInput` and nothing is returned.
+pub(crate) fn canonical_groups(entries: &[MailboxEntry]) -> StoreResult<Vec<EventGroup>> {
+    let mut by_key: BTreeMap<(TenantId, UserId, MailboxSeq), EventGroup> = BTreeMap::new();
+    for e in entries {
+        if e.expires_at.0.rem_euclid(MILLIS_PER_DAY) != 0 {
+            return Err(StoreError::InvalidInput(format!(
+                "entry expiry {} is not the end of a UTC day",
+                e.expires_at.0
+            )));
+        }
+        let group = by_key.entry((e.tenant, e.user, e.seq)).or_insert_with(|| EventGroup {
+            tenant: e.tenant,
+            user: e.user,
+            seq: e.seq,
+            expires_at: e.expires_at,
+            events: Vec::new(),
+        });
+        if group.expires_at != e.expires_at {
+            return Err(StoreError::InvalidInput(format!("events of mailbox seq {} carry different expiries", e.seq)));
+        }
+        group.events.push(e.event.clone());
+    }
+    by_key
+        .into_values()
+        .map(|mut g| {
+            g.events.sort_by_key(|e| (e.ordinal, e.event_id));
+            validate_group(&g)
+                .map_err(|reason| StoreError::InvalidInput(format!("mailbox seq {} of {}: {reason}", g.seq, g.user)))?;
+            Ok(g)
+        })
+        .collect()
+}
+
+/// The checks `range_scan` makes before reading: both ends in one epoch, a positive limit.
+/// `Some(page)` is the whole answer when `after > up_to` (nothing, covered at `after`).
+pub(crate) fn range_preamble(
+    after: MailboxSeq,
+    up_to: MailboxSeq,
+    max_items: usize,
+) -> StoreResult<Option<MailboxPage>> {
+    if after.epoch() != up_to.epoch() {
+        return Err(StoreError::InvalidInput(format!("cursor {after} and bound {up_to} are of different epochs")));
+    }
+    if max_items == 0 {
+        return Err(StoreError::InvalidInput("max_items must be at least 1".into()));
+    }
+    if after > up_to {
+        return Ok(Some(MailboxPage { groups: Vec::new(), covered: after }));
+    }
+    Ok(None)
+}
