@@ -99,7 +99,7 @@ async fn a_lost_counter_under_surviving_history_is_refused() {
 }
 
 #[tokio::test]
-async fn an_aof_restart_loses_nothing_acknowledged() {
+async fn an_aof_restart_loses_nothing_acknowledged_and_requires_a_reseed() {
     let mut redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
     store.reseed(&[]).await.unwrap();
@@ -117,8 +117,95 @@ async fn an_aof_restart_loses_nothing_acknowledged() {
         assert_eq!(store.reserve(req, fresh_message_id()).await.unwrap(), *committed, "a retry gets the same answer");
     }
     assert_eq!(history_seqs(&store, t, conv).await.0, (1..=20).collect::<Vec<_>>());
-    assert_eq!(store.missing_seed_markers().await.unwrap(), 0, "markers survive with the data");
+    // Another Redis process now serves every slot: it may have rolled counters back (the last
+    // second of an everysec AOF, a restore, a failover), so nothing is issued until re-seeded.
+    assert_eq!(store.missing_seed_markers().await.unwrap(), qim_store::redis::seeding::SLOTS);
+    let next = request(t, user(1), "m21", conv, b"x");
+    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "after a restart");
+    store.reseed(&[SeqEvidence { tenant: t, conversation: conv, max_seq: ConversationSeq(20) }]).await.unwrap();
     assert_eq!(send(&store, t, conv, "m21").await, 21);
+}
+
+#[tokio::test]
+async fn a_counter_rolled_back_under_surviving_history_never_reissues() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 1..=3 {
+        send(&store, t, conv, &format!("m{i}")).await;
+    }
+    redis::cmd("SET").arg(store.seq_key(t, conv)).arg(1).query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    assert_eq!(send(&store, t, conv, "m4").await, 4, "the counter is raised above the history it still has");
+}
+
+#[tokio::test]
+async fn a_second_writer_handed_the_same_seq_can_not_overwrite_the_first() {
+    // A re-seed that raced an in-flight send can hand one seq to two writers; the record of the
+    // first must win and the second must fail before it is ever published.
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let first = store.reserve(&request(t, user(1), "a", conv, b"first"), fresh_message_id()).await.unwrap();
+    redis::cmd("SET").arg(store.seq_key(t, conv)).arg(0).query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    let second = store.reserve(&request(t, user(2), "b", conv, b"second"), fresh_message_id()).await.unwrap();
+    assert_eq!(second.intent.seq, first.intent.seq, "the rolled-back counter handed out the seq again");
+    store.put_record(&second.intent).await.unwrap();
+    assert_kind(store.put_record(&first.intent).await, ErrorKind::Conflict, "overwriting another record");
+    let (seqs, _) = history_seqs(&store, t, conv).await;
+    assert_eq!(seqs, vec![1]);
+}
+
+#[tokio::test]
+async fn an_expiry_registered_again_after_the_drain_does_not_jam_it() {
+    // mark_committed registers the expiry before its state change; a crash in between and a
+    // retry after the drain ran registers the same member again.
+    let redis = PrivateRedis::start();
+    let clock = clock();
+    let store = open(&redis, 30, clock.clone()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut eph = request(t, user(1), "e", conv, b"x");
+    eph.retention = RetentionClass::Ephemeral24h;
+    commit_fully(&store, &eph).await;
+    clock.advance(EPHEMERAL_MILLIS + 1);
+    let mut con = raw(&redis).await;
+    let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(store.history_gc_key())
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(store.gc_expired_history(10).await.unwrap().removed, 1);
+    let (member, score) = &members[0];
+    redis::cmd("ZADD").arg(store.history_gc_key()).arg(*score).arg(member).query_async::<()>(&mut con).await.unwrap();
+    let again = store.gc_expired_history(10).await.expect("the drain recognises the re-registered member");
+    assert_eq!(again.removed, 1);
+    assert_eq!(store.gc_expired_history(10).await.unwrap().removed, 0, "and is empty afterwards");
+}
+
+#[tokio::test]
+async fn corrupt_numbers_and_members_are_corrupt_entries_not_outages() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    send(&store, t, conv, "m1").await;
+    let mut con = raw(&redis).await;
+    redis::cmd("SET").arg(store.seq_key(t, conv)).arg("eleven").query_async::<()>(&mut con).await.unwrap();
+    let next = request(t, user(1), "m2", conv, b"x");
+    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::CorruptEntry, "non-numeric counter");
+    let other = fresh_conversation();
+    let watermark = format!("{}archived", store.seq_key(t, other).trim_end_matches("seq"));
+    redis::cmd("SET").arg(&watermark).arg("lots").query_async::<()>(&mut con).await.unwrap();
+    let raised = store.record_archived_watermark(t, other, ConversationSeq(3)).await;
+    assert_kind(raised, ErrorKind::CorruptEntry, "non-numeric archived watermark");
+    redis::cmd("ZADD").arg(store.recovery_key()).arg(1).arg("é".repeat(40)).query_async::<()>(&mut con).await.unwrap();
+    let scan = store.scan_recoverable_commits(qim_store::ids::UnixMillis(i64::MAX), 10).await;
+    assert_kind(scan, ErrorKind::CorruptEntry, "non-ASCII recovery member");
 }
 
 #[tokio::test]

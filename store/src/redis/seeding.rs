@@ -1,16 +1,19 @@
 //! Detecting lost Redis state before a conversation seq could be reissued.
 //!
-//! Seq counters live only in Redis. If Redis loses them (a flush, a restore from an old
-//! snapshot, a replica promoted without the latest writes), a plain `INCR` would start again at
-//! 1 and reissue seqs that clients already hold. So seq allocation requires a *seed marker*:
-//! one key per Redis Cluster hash slot, written by [`reseed`] after every counter has been
+//! Seq counters live only in Redis. If Redis loses or rolls them back (a flush, a restore from
+//! a snapshot, a replica promoted without the latest writes, the last second of an
+//! `appendfsync everysec` AOF), a plain `INCR` would reissue seqs that clients already hold. So
+//! seq allocation requires a *seed marker*: one key per Redis Cluster hash slot, naming the
+//! Redis process (`run_id`) that was seeded, written by `reseed` after every counter has been
 //! raised to the durable evidence (highest seq in the archive and in `qim.messages.v1`). The
-//! allocation script checks the marker of its own slot in the same atomic step, so it refuses
-//! (`InvariantViolation`) as soon as the node holding that slot lost its data, and the scripts
-//! stay single-slot: each marker's key name carries a hash tag chosen to land in its slot.
+//! allocation script checks its own slot's marker in the same atomic step, so it refuses
+//! (`InvariantViolation`) as soon as the node holding that slot restarted, failed over or was
+//! restored: a restart that lost nothing costs one re-seed, one that rolled counters back can
+//! not reissue a seq. The scripts stay single-slot: each marker's key name carries a hash tag
+//! chosen to land in its slot.
 //!
-//! A fresh deployment is "unseeded" too: the writer's startup calls [`reseed`] with whatever
-//! evidence exists (none at first), which is what makes a wiped Redis safe by construction.
+//! A fresh deployment is "unseeded" too: the writer's startup re-seeds with whatever evidence
+//! exists (none at first), which is what makes a wiped Redis safe by construction.
 
 use std::sync::LazyLock;
 
@@ -71,31 +74,53 @@ pub fn marker_key(namespace: &str, slot: usize) -> String {
     format!("{namespace}:seeded:{{{}}}", SLOT_TAGS[slot])
 }
 
-/// Writes every slot's seed marker (after the counters were raised). Pipelined, one `SET` per
-/// slot, so it works on a single node and on a cluster alike.
-pub async fn write_markers(conn: &mut ConnectionManager, namespace: &str, seeded_at_millis: i64) -> StoreResult<()> {
+/// The script that writes or checks one slot's marker.
+const MARKER_SCRIPT: &str = include_str!("scripts/seed_marker.lua");
+
+/// Runs the marker script over every slot (loaded, then pipelined `EVALSHA`s of 1024 slots),
+/// returning one reply per slot. A `SCRIPT FLUSH` racing the pipeline (NOSCRIPT) reloads the
+/// script and repeats that chunk; the script is idempotent per slot.
+async fn over_every_slot(conn: &mut ConnectionManager, namespace: &str, args: &[&str]) -> StoreResult<Vec<i64>> {
+    const ATTEMPTS: usize = 3;
+    let mut replies = Vec::with_capacity(SLOTS);
     for chunk in (0..SLOTS).collect::<Vec<_>>().chunks(1024) {
-        let mut pipe = redis::pipe();
-        for slot in chunk {
-            pipe.set(marker_key(namespace, *slot), seeded_at_millis).ignore();
-        }
-        pipe.query_async::<()>(conn).await.map_err(|e| redis_error("writing seed markers", e))?;
+        let mut attempt = 1;
+        let part = loop {
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(MARKER_SCRIPT)
+                .query_async(conn)
+                .await
+                .map_err(|e| redis_error("loading the seed marker script", e))?;
+            let mut pipe = redis::pipe();
+            for slot in chunk {
+                pipe.cmd("EVALSHA").arg(&sha).arg(1).arg(marker_key(namespace, *slot)).arg(args);
+            }
+            match pipe.query_async::<Vec<i64>>(conn).await {
+                Ok(part) => break part,
+                Err(e)
+                    if attempt < ATTEMPTS && e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    attempt += 1;
+                }
+                Err(e) => return Err(redis_error("seed markers", e)),
+            }
+        };
+        replies.extend(part);
     }
-    Ok(())
+    Ok(replies)
 }
 
-/// How many slots lack their seed marker (0: fully seeded).
+/// Writes every slot's seed marker for the Redis process now serving it (after the counters
+/// were raised).
+pub async fn write_markers(conn: &mut ConnectionManager, namespace: &str, seeded_at_millis: i64) -> StoreResult<()> {
+    over_every_slot(conn, namespace, &["write", &seeded_at_millis.to_string()]).await.map(|_| ())
+}
+
+/// How many slots lack a marker of the Redis process now serving them (0: sends may proceed).
 pub async fn missing_markers(conn: &mut ConnectionManager, namespace: &str) -> StoreResult<usize> {
-    let mut missing = 0;
-    for chunk in (0..SLOTS).collect::<Vec<_>>().chunks(1024) {
-        let mut pipe = redis::pipe();
-        for slot in chunk {
-            pipe.exists(marker_key(namespace, *slot));
-        }
-        let present: Vec<bool> = pipe.query_async(conn).await.map_err(|e| redis_error("reading seed markers", e))?;
-        missing += present.iter().filter(|p| !**p).count();
-    }
-    Ok(missing)
+    let valid = over_every_slot(conn, namespace, &["check"]).await?;
+    Ok(valid.iter().filter(|v| **v != 1).count())
 }
 
 #[cfg(test)]

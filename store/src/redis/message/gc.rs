@@ -1,12 +1,21 @@
 //! The recovery scan and the two GC drains of [`RedisMessageStore`].
 
 use super::keys::{parse_aux_member, parse_expiry_member};
-use super::scripts::{self, invoke, query, status};
+use super::scripts::{self, invoke, status};
 use super::{aux_due, RedisMessageStore};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::UnixMillis;
 use crate::message::Commit;
 use crate::message_store::{GcReport, COMMIT_AUX_TTL_MILLIS};
+
+/// How long the expiry drain remembers a record it deleted (Redis clock), so the same member
+/// registered again by a commit step retried after a crash is recognised, not taken for
+/// corruption.
+const TOMBSTONE_MILLIS: i64 = 7 * 24 * 60 * 60 * 1000;
+
+/// At most this many index members are inspected per requested item in one call, so entries
+/// that do not qualify (finished, orphaned, not yet due) can not make one call unbounded.
+const INSPECT_PER_ITEM: usize = 10;
 
 impl RedisMessageStore {
     /// [`crate::MessageStore::scan_recoverable_commits`]: pages through `{recovery}` below the
@@ -18,8 +27,9 @@ impl RedisMessageStore {
         }
         let batch = limit.clamp(16, 1000);
         let max = format!("({}", cutoff.0);
+        let most = limit.saturating_mul(INSPECT_PER_ITEM).max(1000);
         let mut offset = 0;
-        loop {
+        while offset < most {
             let members = self.zrange_due(&self.keys.recovery(), &max, offset, batch).await?;
             for member in &members {
                 let (key, created_at) = parse_aux_member(member)?;
@@ -38,6 +48,7 @@ impl RedisMessageStore {
             }
             offset += batch;
         }
+        Ok(found)
     }
 
     /// [`crate::MessageStore::gc_committed_auxiliary`] on the injected clock.
@@ -68,7 +79,13 @@ impl RedisMessageStore {
         if budget == 0 {
             return Ok(report);
         }
-        for member in self.zrange_due(&self.keys.recovery(), &max, 0, budget).await? {
+        // Entries of commits still unfinished stay in place: skip past them (bounded), so they can
+        // not hide the orphans behind them.
+        let most = budget.saturating_mul(INSPECT_PER_ITEM);
+        for member in self.zrange_due(&self.keys.recovery(), &max, 0, most).await? {
+            if report.removed == limit {
+                break;
+            }
             let (key, created_at) = parse_aux_member(&member)?;
             match self.load(&key).await? {
                 Some(s) if s.commit.intent.created_at == created_at => {
@@ -100,14 +117,13 @@ impl RedisMessageStore {
             let mut invocation = scripts::GC_RECORD.key(self.keys.index(tenant, conversation));
             invocation.key(self.keys.records(tenant, conversation));
             invocation.key(self.keys.lower_bound(tenant, conversation)).key(&tombstones).arg(seq.0);
+            invocation.arg(TOMBSTONE_MILLIS);
             let reply = invoke(&self.con, "deleting an expired record", &invocation).await?;
             let what = format!("history of {conversation}");
             let (outcome, _) = status("message_gc_record", &what, reply)?;
             match outcome.as_str() {
                 "removed" | "already" => {
                     self.zrem(&gc_key, &member).await?;
-                    let srem = redis::cmd("SREM").arg(&tombstones).arg(seq.0).clone();
-                    query::<i64>(&self.con, "removing a drain tombstone", &srem).await?;
                     report.removed += 1;
                 }
                 "orphan" => {

@@ -59,7 +59,8 @@ impl RedisMessageStore {
         invocation
             .key(self.keys.seed_marker(tenant, conversation))
             .key(self.keys.index(tenant, conversation))
-            .key(self.keys.lower_bound(tenant, conversation));
+            .key(self.keys.lower_bound(tenant, conversation))
+            .key(self.keys.archived(tenant, conversation));
         let reply = invoke(&self.con, "allocating a conversation seq", &invocation).await?;
         let (_, rest) = status("message_allocate_seq", &format!("conversation {conversation}"), reply)?;
         let seq = reply_number("message_allocate_seq", rest.first())?;

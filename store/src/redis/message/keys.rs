@@ -108,6 +108,9 @@ pub(super) fn aux_member(key: &CommitKey, created_at: UnixMillis) -> String {
 /// Parses [`aux_member`].
 pub(super) fn parse_aux_member(member: &str) -> StoreResult<(CommitKey, UnixMillis)> {
     let bad = || StoreError::CorruptEntry(format!("commit index member {member:?} is malformed"));
+    if !member.is_ascii() {
+        return Err(bad());
+    }
     let ids = member.get(..64).ok_or_else(bad)?;
     let rest = member.get(64..).and_then(|r| r.strip_prefix(':')).ok_or_else(bad)?;
     let (created, client) = rest.split_once(':').ok_or_else(bad)?;

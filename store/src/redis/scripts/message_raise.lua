@@ -4,8 +4,12 @@
 -- KEYS[1]  the key (a decimal integer, absent = 0)
 -- ARGV[1]  the value to reach
 --
--- Replies: {'ok', value in force afterwards}
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+-- Replies: {'ok', value in force afterwards} | {'corrupt', reason}
+local raw = redis.call('GET', KEYS[1]) or '0'
+local current = tonumber(raw)
+if not current then
+  return {'corrupt', KEYS[1] .. ' holds ' .. raw .. ', not a number'}
+end
 local wanted = tonumber(ARGV[1])
 if wanted > current then
   redis.call('SET', KEYS[1], ARGV[1])
