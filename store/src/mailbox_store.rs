@@ -82,7 +82,9 @@ pub trait MailboxStore: Send + Sync {
     /// Moves the lane's watermark to `through`, an offset where a dispatch was observed, when
     /// every dispatch observed in this shard above the current watermark and at or below
     /// `through` has its lane work complete; otherwise `Conflict` naming the first incomplete
-    /// offset. A `through` at or below the current watermark changes nothing.
+    /// offset (a backend that advances in bounded steps may have moved the watermark part of the
+    /// way, never onto or past that offset). A `through` at or below the current watermark
+    /// changes nothing.
     async fn advance_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark>;
 
     /// Forgets up to `limit` dispatches of `shard` that every lane's watermark has passed and

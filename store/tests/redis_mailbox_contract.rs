@@ -79,9 +79,12 @@ mod mailbox {
 mod redis_specific {
     use super::*;
     use qim_store::ids::{ConversationId, ConversationSeq, EventId, MessageId, UnixMillis, MILLIS_PER_DAY};
-    use qim_store::mailbox::{end_of_day, MailboxEntry, MailboxEvent, MessageRef, ShardEpoch};
+    use qim_store::mailbox::{
+        end_of_day, lane_of, ChunkId, DispatchId, DispatchManifest, LaneId, MailboxEntry, MailboxEvent, MessageRef,
+        ShardEpoch, ShardId,
+    };
     use qim_store::message::MessageKind;
-    use qim_store::testsuite::fixtures::{fresh_tenant, user, T0};
+    use qim_store::testsuite::fixtures::{fresh_message_id, fresh_tenant, user, T0};
     use qim_store::ErrorKind;
 
     /// A store in a fresh namespace, the namespace's cleanup guard, and its clock.
@@ -216,6 +219,118 @@ mod redis_specific {
         }
         let page = store.range_scan(t, user(1), MailboxSeq::origin(ShardEpoch(1)), seq(100), 1000).await.unwrap();
         assert_eq!(positions(&page), (1..=40).collect::<Vec<_>>());
+    }
+
+    /// A dispatch in `shard` of a fresh message to one recipient.
+    fn one_recipient_dispatch(t: TenantId, shard: ShardId, recipient: UserId) -> DispatchManifest {
+        let message = MessageRef {
+            tenant: t,
+            conversation: ConversationId([3; 16]),
+            seq: ConversationSeq(1),
+            message_id: fresh_message_id(),
+            sender: user(999),
+            kind: MessageKind::Normal,
+            created_at: T0,
+        };
+        DispatchManifest::new(DispatchId { message_id: message.message_id, shard }, message, vec![recipient])
+    }
+
+    /// A non-numeric lane watermark, or a watermark key of the wrong type, is `CorruptEntry`
+    /// alike through `lane_watermark`, `advance_watermark` and GC (never `Unavailable`).
+    #[tokio::test]
+    async fn corrupt_watermarks_are_corrupt_entries() {
+        let (store, config, _, _cleanup) = open().await;
+        let mut conn = raw(&config).await;
+        let l = LaneId::new(4).unwrap();
+        let wm = |shard: u16| format!("{}:{{d:{shard}}}:wm", config.namespace);
+
+        let not_a_number = ShardId(11);
+        let t = fresh_tenant();
+        store.begin_dispatch(ShardEpoch(1), &one_recipient_dispatch(t, not_a_number, user(1)), 7).await.unwrap();
+        let _: () = redis::cmd("HSET").arg(wm(11)).arg(l.get()).arg("seven").query_async(&mut conn).await.unwrap();
+        let err = store.lane_watermark(not_a_number, l).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
+        let err = store.advance_watermark(not_a_number, l, 7).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
+        for lane in 0..64u8 {
+            let value = if lane == l.get() { "seven" } else { "7" };
+            let _: () = redis::cmd("HSET").arg(wm(11)).arg(lane).arg(value).query_async(&mut conn).await.unwrap();
+        }
+        let err = store.gc_completed_dispatches(not_a_number, i64::MAX, 10).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
+
+        let wrong_type = ShardId(12);
+        let _: () = redis::cmd("SET").arg(wm(12)).arg("not a hash").query_async(&mut conn).await.unwrap();
+        let err = store.lane_watermark(wrong_type, l).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
+        let err = store.advance_watermark(wrong_type, l, 7).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
+        let err = store.gc_completed_dispatches(wrong_type, i64::MAX, 10).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
+    }
+
+    /// A non-numeric chunk count in a dispatch row is `CorruptEntry` for `mark_chunk_completed`.
+    #[tokio::test]
+    async fn a_corrupt_chunk_count_is_a_corrupt_entry() {
+        let (store, config, _, _cleanup) = open().await;
+        let (t, shard) = (fresh_tenant(), ShardId(13));
+        let m = one_recipient_dispatch(t, shard, user(1));
+        store.begin_dispatch(ShardEpoch(1), &m, 1).await.unwrap();
+        let l = lane_of(&t, &user(1));
+        let row = format!("{}:{{d:13}}:disp:{}", config.namespace, m.id.message_id.to_hex());
+        let mut conn = raw(&config).await;
+        let _: () =
+            redis::cmd("HSET").arg(&row).arg(format!("n:{}", l.get())).arg("one").query_async(&mut conn).await.unwrap();
+        let err = store.mark_chunk_completed(m.id, ChunkId { lane: l, index: 0 }).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
+    }
+
+    /// One `advance_watermark` crosses more sources than one script inspects (1000): it stops at
+    /// the first incomplete one anywhere, and passes all of them once complete. GC then leaves
+    /// nothing of the shard but its watermarks.
+    #[tokio::test]
+    async fn advance_crosses_more_sources_than_one_batch() {
+        const N: u64 = 1200;
+        let (store, config, clock, _cleanup) = open().await;
+        let (t, shard) = (fresh_tenant(), ShardId(14));
+        let l = lane_of(&t, &user(1));
+        let mut ids = Vec::new();
+        for offset in 1..=N {
+            let m = one_recipient_dispatch(t, shard, user(1));
+            store.begin_dispatch(ShardEpoch(1), &m, offset).await.unwrap();
+            ids.push(m.id);
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, id) in ids.iter().copied().enumerate() {
+            if i as u64 + 1 == 1100 {
+                continue;
+            }
+            let store = store.clone();
+            tasks.spawn(async move { store.mark_chunk_completed(id, ChunkId { lane: l, index: 0 }).await });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.expect("task").expect("mark_chunk_completed");
+        }
+        let err = store.advance_watermark(shard, l, N).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+        assert!(err.to_string().contains("offset 1100"), "{err}");
+        let through = store.lane_watermark(shard, l).await.unwrap().through;
+        assert!(through.is_none_or(|w| w < 1100), "the watermark passed the incomplete offset: {through:?}");
+        store.mark_chunk_completed(ids[1099], ChunkId { lane: l, index: 0 }).await.unwrap();
+        assert_eq!(store.advance_watermark(shard, l, N).await.unwrap().through, Some(N));
+        assert_eq!(store.lane_watermark(shard, l).await.unwrap().through, Some(N));
+
+        for other in LaneId::all() {
+            assert_eq!(store.advance_watermark(shard, other, N).await.unwrap().through, Some(N));
+        }
+        clock.advance(1000);
+        let later = qim_store::clock::Clock::now(clock.as_ref()).0 + 1;
+        assert_eq!(store.gc_completed_dispatches(shard, later, 10_000).await.unwrap(), N as usize);
+        let mut conn = raw(&config).await;
+        let mut left: Vec<String> =
+            redis::cmd("KEYS").arg(format!("{}:{{d:14}}:*", config.namespace)).query_async(&mut conn).await.unwrap();
+        left.sort();
+        assert_eq!(left, vec![format!("{}:{{d:14}}:wm", config.namespace)]);
     }
 
     /// An unreachable Redis fails the test with directions, never a skip.

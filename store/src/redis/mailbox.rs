@@ -23,15 +23,18 @@
 //!
 //! Per shard (`ns:{d:<shard>}:…`):
 //! - `…:disp:<message id hex>` HASH: `manifest` (blob), `canonical` (first offset), `seq`
-//!   (canonical mailbox seq, decimal `u64`), `max` (highest observed offset), `n:<lane>` (chunk
-//!   count of each lane with work, from [`DispatchManifest::chunk_counts`]) and `c:<lane>`
-//!   (completed chunks of the lane).
+//!   (canonical mailbox seq, decimal `u64`), `max` (highest observed offset) and `n:<lane>` (chunk
+//!   count of each lane with work, from [`DispatchManifest::chunk_counts`]).
 //! - `…:disp:<message id hex>:done` SET of completed chunks `<lane>:<index>`;
 //!   `…:disp:<message id hex>:obs` SET of the offsets it was observed at.
 //! - `…:sources` ZSET (member = score = observed offset) and `…:src` HASH (offset → dispatch id
 //!   hex): every observation of the shard log.
 //! - `…:seen` ZSET: dispatch id hex → last observation ms (GC order and cut-off).
 //! - `…:wm` HASH: lane → watermark offset.
+//! - `…:work` HASH: `<message id hex>` → highest observed offset (as the row's `max`) and
+//!   `<message id hex>:<lane>` → chunks of the lane not yet complete (for lanes with work). What
+//!   watermarks and GC need of every dispatch lives in this one shard key, so their scripts read
+//!   only keys they declare (no script builds a key name).
 //!
 //! Offsets are below 2^47 (they must fit a mailbox seq), so Lua compares them exactly as numbers;
 //! mailbox seqs are never turned into Lua numbers.
@@ -44,7 +47,16 @@
 //! and batch. A batch spanning users is validated whole, and every user's ledger planned, before
 //! the first user is written; users are then committed one script each (not atomically together).
 //! Dispatch bookkeeping is one script per step on the shard's slot; `append_chunk` checks the
-//! stored manifest and then writes the per-user groups like `append_batch`.
+//! stored manifest and then writes the per-user groups like `append_batch`. Every script declares
+//! every key it touches in `KEYS`. Two steps are split to bound a script's run time:
+//! `advance_watermark` inspects at most `ADVANCE_BATCH` (1000) sources per script, moving the
+//! watermark over each fully complete batch and calling again until `through` (so after a
+//! `Conflict` beyond the first batch the watermark may have moved up to a batch boundary below the
+//! incomplete offset, itself a legal advance); GC selects collectable ids with one script and
+//! forgets each with another that checks again.
+//!
+//! Stored values that are not what the layout says (a non-numeric count or offset, a key of the
+//! wrong type) are `CorruptEntry`.
 
 mod dispatch;
 mod keys;
@@ -80,13 +92,20 @@ static MARK_CHUNK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!(
 static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_progress.lua")));
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_advance.lua")));
 static GC: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_gc.lua")));
+static GC_DISPATCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_gc_dispatch.lua")));
 
 /// Check-and-set attempts before a contended user meta is reported `Unavailable`.
 const MAX_ATTEMPTS: usize = 64;
 /// Most GC candidates one `gc_completed_dispatches` call inspects (bounds the script's run time).
 const GC_SCAN_CAP: usize = 10_000;
+/// Most sources one `mailbox_advance.lua` call inspects (bounds the script's run time).
+const ADVANCE_BATCH: usize = 1000;
 
+/// A transport or server error: a key of the wrong type is corrupt data, the rest `Unavailable`.
 fn redis_err(what: &str, err: redis::RedisError) -> StoreError {
+    if err.code() == Some("WRONGTYPE") {
+        return StoreError::CorruptEntry(format!("{what}: {err}"));
+    }
     redis_error(what, err)
 }
 

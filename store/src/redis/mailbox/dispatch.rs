@@ -2,10 +2,14 @@
 
 use redis::Value;
 
+use super::keys::ShardKeys;
 use super::reply::{bulk, number, status, text};
-use super::{redis_err, RedisMailboxStore, ADVANCE, BEGIN, GC, GC_SCAN_CAP, MARK_CHUNK, PROGRESS};
+use super::{
+    redis_err, RedisMailboxStore, ADVANCE, ADVANCE_BATCH, BEGIN, GC, GC_DISPATCH, GC_SCAN_CAP, MARK_CHUNK, PROGRESS,
+};
 use crate::codec::{decode_manifest, encode_manifest};
 use crate::error::{StoreError, StoreResult};
+use crate::ids::MessageId;
 use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxSeq,
     ShardEpoch, ShardId,
@@ -31,7 +35,7 @@ impl RedisMailboxStore {
         let keys = self.shard_keys(manifest.id.shard);
         let (row, _, obs) = keys.dispatch(&manifest.id.message_id);
         let mut inv = BEGIN.prepare_invoke();
-        inv.key(&row).key(&obs).key(&keys.sources).key(&keys.src).key(&keys.seen);
+        inv.key(&row).key(&obs).key(&keys.sources).key(&keys.src).key(&keys.seen).key(&keys.work);
         inv.arg(manifest.id.message_id.to_hex())
             .arg(&bytes)
             .arg(observed_offset.to_string())
@@ -39,7 +43,7 @@ impl RedisMailboxStore {
             .arg(now);
         for (lane, count) in manifest.chunk_counts().iter().enumerate() {
             if *count > 0 {
-                inv.arg(format!("n:{lane}")).arg(*count);
+                inv.arg(lane).arg(*count);
             }
         }
         let reply: Value =
@@ -62,6 +66,7 @@ impl RedisMailboxStore {
             "dispatch_conflict" => {
                 Err(StoreError::DispatchConflict(format!("shard {}: {}", manifest.id.shard.0, text(rest.next()))))
             }
+            "corrupt" => Err(corrupt(manifest.id.shard, rest.next())),
             other => Err(StoreError::CorruptEntry(format!("begin_dispatch script answered {other:?}"))),
         }
     }
@@ -72,18 +77,22 @@ impl RedisMailboxStore {
         let reply: Value = MARK_CHUNK
             .key(&row)
             .key(&done)
+            .key(&keys.work)
             .arg(chunk.lane.get())
             .arg(chunk.index)
             .arg(format!("{}:{}", chunk.lane.get(), chunk.index))
+            .arg(ShardKeys::work_field(&dispatch.message_id, chunk.lane.get()))
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(|e| redis_err("marking a chunk complete", e))?;
-        match status(reply)?.0.as_str() {
+        let (code, rest) = status(reply)?;
+        match code.as_str() {
             "ok" => Ok(()),
             "not_found" => Err(not_begun(&dispatch)),
             "invalid" => {
                 Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)))
             }
+            "corrupt" => Err(corrupt(dispatch.shard, rest.into_iter().next())),
             other => Err(StoreError::CorruptEntry(format!("mark_chunk_completed script answered {other:?}"))),
         }
     }
@@ -147,53 +156,113 @@ impl RedisMailboxStore {
 
     pub(super) async fn advance(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
         let keys = self.shard_keys(shard);
-        let reply: Value = ADVANCE
-            .key(&keys.watermarks)
-            .key(&keys.sources)
-            .key(&keys.src)
-            .arg(lane.get())
-            .arg(through.to_string())
-            .arg(&keys.dispatch_prefix)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| redis_err("advancing a lane watermark", e))?;
-        let (code, rest) = status(reply)?;
-        let mut rest = rest.into_iter();
-        match code.as_str() {
-            "ok" => Ok(LaneWatermark { shard, lane, through: Some(number(rest.next(), "watermark")?) }),
-            "invalid" => Err(StoreError::InvalidInput(format!(
-                "no dispatch was observed at offset {through} of shard {}",
-                shard.0
-            ))),
-            "conflict" => Err(StoreError::Conflict(format!(
-                "lane {} of shard {} is incomplete at offset {}",
-                lane.get(),
-                shard.0,
-                text(rest.next())
-            ))),
-            "corrupt" => Err(StoreError::CorruptEntry(format!(
-                "source offset {} of shard {} names a dispatch which is gone",
-                text(rest.next()),
-                shard.0
-            ))),
-            other => Err(StoreError::CorruptEntry(format!("advance_watermark script answered {other:?}"))),
+        let mut conn = self.conn.clone();
+        // Each call inspects at most ADVANCE_BATCH sources and, when they are all complete and
+        // `through` is further, moves the watermark to the last of them ("more"): every call
+        // makes progress, so this ends.
+        loop {
+            let reply: Value = ADVANCE
+                .key(&keys.watermarks)
+                .key(&keys.sources)
+                .key(&keys.src)
+                .key(&keys.work)
+                .arg(lane.get())
+                .arg(through.to_string())
+                .arg(ADVANCE_BATCH)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| redis_err("advancing a lane watermark", e))?;
+            let (code, rest) = status(reply)?;
+            let mut rest = rest.into_iter();
+            match code.as_str() {
+                "ok" => return Ok(LaneWatermark { shard, lane, through: Some(number(rest.next(), "watermark")?) }),
+                "more" => {
+                    let reached = number(rest.next(), "watermark")?;
+                    if reached >= through {
+                        return Err(StoreError::CorruptEntry(format!(
+                            "advance_watermark script stopped at {reached}, not below {through}"
+                        )));
+                    }
+                }
+                "invalid" => {
+                    return Err(StoreError::InvalidInput(format!(
+                        "no dispatch was observed at offset {through} of shard {}",
+                        shard.0
+                    )))
+                }
+                "conflict" => {
+                    return Err(StoreError::Conflict(format!(
+                        "lane {} of shard {} is incomplete at offset {}",
+                        lane.get(),
+                        shard.0,
+                        text(rest.next())
+                    )))
+                }
+                "corrupt" => return Err(corrupt(shard, rest.next())),
+                other => return Err(StoreError::CorruptEntry(format!("advance_watermark script answered {other:?}"))),
+            }
         }
     }
 
     pub(super) async fn gc(&self, shard: ShardId, seen_before_millis: i64, limit: usize) -> StoreResult<usize> {
         let keys = self.shard_keys(shard);
-        let collected: u64 = GC
+        let mut conn = self.conn.clone();
+        let reply: Value = GC
             .key(&keys.seen)
             .key(&keys.watermarks)
-            .key(&keys.sources)
-            .key(&keys.src)
+            .key(&keys.work)
             .arg(seen_before_millis)
             .arg(limit)
-            .arg(&keys.dispatch_prefix)
             .arg(GC_SCAN_CAP)
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut conn)
             .await
-            .map_err(|e| redis_err("collecting dispatches", e))?;
-        Ok(usize::try_from(collected).unwrap_or(usize::MAX))
+            .map_err(|e| redis_err("selecting dispatches to collect", e))?;
+        let (code, rest) = status(reply)?;
+        match code.as_str() {
+            "ok" => {}
+            "corrupt" => return Err(corrupt(shard, rest.into_iter().next())),
+            other => return Err(StoreError::CorruptEntry(format!("dispatch GC script answered {other:?}"))),
+        }
+        let mut rest = rest.into_iter();
+        let Some(floor) = rest.next() else { return Ok(0) };
+        let floor = number(Some(floor), "watermark floor")?;
+        let mut collected = 0usize;
+        for id in rest {
+            let id = String::from_utf8(bulk(id).unwrap_or_default())
+                .ok()
+                .and_then(|hex| MessageId::from_hex(&hex).ok())
+                .ok_or_else(|| StoreError::CorruptEntry(format!("shard {} holds a bad dispatch id", shard.0)))?;
+            let (row, done, obs) = keys.dispatch(&id);
+            let reply: Value = GC_DISPATCH
+                .key(&row)
+                .key(&done)
+                .key(&obs)
+                .key(&keys.sources)
+                .key(&keys.src)
+                .key(&keys.seen)
+                .key(&keys.work)
+                .arg(id.to_hex())
+                .arg(floor.to_string())
+                .arg(seen_before_millis)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|e| redis_err("collecting a dispatch", e))?;
+            let (code, rest) = status(reply)?;
+            let mut rest = rest.into_iter();
+            match code.as_str() {
+                "ok" => collected += usize::from(number(rest.next(), "collected flag")? == 1),
+                "corrupt" => return Err(corrupt(shard, rest.next())),
+                other => return Err(StoreError::CorruptEntry(format!("dispatch GC script answered {other:?}"))),
+            }
+            if collected >= limit {
+                break;
+            }
+        }
+        Ok(collected)
     }
+}
+
+/// A script's `{'corrupt', reason}` answer.
+fn corrupt(shard: ShardId, reason: Option<Value>) -> StoreError {
+    StoreError::CorruptEntry(format!("dispatch bookkeeping of shard {}: {}", shard.0, text(reason)))
 }

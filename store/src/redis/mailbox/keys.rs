@@ -33,6 +33,9 @@ pub(super) struct ShardKeys {
     pub(super) src: String,
     pub(super) seen: String,
     pub(super) watermarks: String,
+    /// `<message id hex>` → max observed offset, `<message id hex>:<lane>` → chunks of the lane
+    /// not yet complete: what watermarks and GC read of each dispatch, in one declared key.
+    pub(super) work: String,
 }
 
 impl ShardKeys {
@@ -44,6 +47,7 @@ impl ShardKeys {
             src: format!("{base}:src"),
             seen: format!("{base}:seen"),
             watermarks: format!("{base}:wm"),
+            work: format!("{base}:work"),
         }
     }
 
@@ -53,6 +57,11 @@ impl ShardKeys {
         let done = format!("{row}:done");
         let obs = format!("{row}:obs");
         (row, done, obs)
+    }
+
+    /// The work-hash field counting a dispatch's lane chunks not yet complete.
+    pub(super) fn work_field(message: &MessageId, lane: u8) -> String {
+        format!("{}:{lane}", message.to_hex())
     }
 }
 
@@ -77,7 +86,7 @@ mod tests {
         }
         let s = ShardKeys::new("qim", ShardId(7));
         let (row, done, obs) = s.dispatch(&MessageId([3; 16]));
-        for key in [&row, &done, &obs, &s.sources, &s.src, &s.seen, &s.watermarks] {
+        for key in [&row, &done, &obs, &s.sources, &s.src, &s.seen, &s.watermarks, &s.work] {
             assert!(key.starts_with("qim:{d:7}:"), "{key}");
         }
     }

@@ -1,14 +1,15 @@
 -- Records one observation of a dispatch in its shard log (begin_dispatch).
 --
--- KEYS[1] dispatch HASH (manifest, canonical, seq, max, n:<lane> chunk counts, c:<lane> completed)
+-- KEYS[1] dispatch HASH (manifest, canonical, seq, max, n:<lane> chunk counts)
 -- KEYS[2] observations SET of this dispatch (offsets)
 -- KEYS[3] sources ZSET of the shard (member = score = offset)
 -- KEYS[4] src HASH of the shard (offset -> dispatch id hex)
 -- KEYS[5] seen ZSET of the shard (dispatch id hex, score = last observation ms)
+-- KEYS[6] work HASH of the shard (<id> -> max observed offset, <id>:<lane> -> chunks not complete)
 -- ARGV[1] dispatch id hex, ARGV[2] manifest blob, ARGV[3] observed offset (decimal),
 -- ARGV[4] seq if this is the first observation (decimal u64), ARGV[5] now ms,
--- ARGV[6..] pairs 'n:<lane>', chunk count (lanes with work only)
--- Reply: {'ok', canonical offset, seq} or {'dispatch_conflict', reason}
+-- ARGV[6..] pairs lane, chunk count (lanes with work only)
+-- Reply: {'ok', canonical offset, seq}, {'dispatch_conflict', reason} or {'corrupt', reason}
 local other = redis.call('HGET', KEYS[4], ARGV[3])
 if other and other ~= ARGV[1] then
   return {'dispatch_conflict', 'offset ' .. ARGV[3] .. ' was already observed as dispatch ' .. other}
@@ -19,13 +20,23 @@ if stored then
     return {'dispatch_conflict', 'dispatch ' .. ARGV[1] .. ' arrived with a different manifest'}
   end
   local max = redis.call('HGET', KEYS[1], 'max')
-  if not max or tonumber(ARGV[3]) > tonumber(max) then
+  local m = nil
+  if max then
+    m = tonumber(max)
+    if not m then
+      return {'corrupt', 'dispatch ' .. ARGV[1] .. ' max offset ' .. max .. ' is not a number'}
+    end
+  end
+  if not m or tonumber(ARGV[3]) > m then
     redis.call('HSET', KEYS[1], 'max', ARGV[3])
+    redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
   end
 else
   redis.call('HSET', KEYS[1], 'manifest', ARGV[2], 'canonical', ARGV[3], 'seq', ARGV[4], 'max', ARGV[3])
+  redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
   for i = 6, #ARGV, 2 do
-    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    redis.call('HSET', KEYS[1], 'n:' .. ARGV[i], ARGV[i + 1])
+    redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 1])
   end
 end
 redis.call('SADD', KEYS[2], ARGV[3])
