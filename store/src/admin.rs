@@ -23,7 +23,7 @@ const NOT_SERVICE_VARS: &[&str] = &["QIM_TEST_", "QIM_STACK_"];
 /// One problem with the environment, naming the variable.
 pub type Problem = String;
 
-fn check_value(var: &EnvVar, value: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<(), String> {
+fn check_value(var: &EnvVar, value: &str) -> Result<(), String> {
     let whole = |lo: u64, hi: u64| match value.trim().parse::<u64>() {
         Ok(n) if (lo..=hi).contains(&n) => Ok(()),
         _ => Err(format!("must be a whole number in {lo}..={hi}")),
@@ -34,7 +34,6 @@ fn check_value(var: &EnvVar, value: &str, lookup: &dyn Fn(&str) -> Option<String
             _ => Err("must be `redis` or `scylla`".to_owned()),
         },
         "QIM_REDIS_URL" => redis::Client::open(value).map(|_| ()).map_err(|e| format!("is not a Redis URL: {e}")),
-        "QIM_SCYLLA_HOSTS" => ScyllaConfig::production_from(lookup).map(|_| ()).map_err(|e| e.to_string()),
         "QIM_DEFAULT_HISTORY_RETENTION_DAYS" => {
             RetentionPolicy::from_env_value(Some(value)).map(|_| ()).map_err(|e| e.to_string())
         }
@@ -67,7 +66,7 @@ pub fn check_environment(
     for var in tables.iter().flat_map(|t| t.iter()).filter(|v| seen.insert(v.name)) {
         let value = lookup(var.name).or_else(|| var.default.map(str::to_owned));
         if let Some(value) = &value {
-            if let Err(why) = check_value(var, value, lookup) {
+            if let Err(why) = check_value(var, value) {
                 problems.push(format!("{}={value:?} {why}", var.name));
             }
         }
@@ -77,6 +76,12 @@ pub fn check_environment(
             (Some(v), false) => v.clone(),
         };
         resolved.push((var.name, shown));
+    }
+    // The Scylla settings are checked together (the error names the variable at fault).
+    if seen.contains("QIM_SCYLLA_HOSTS") {
+        if let Err(e) = ScyllaConfig::production_from(lookup) {
+            problems.push(e.to_string());
+        }
     }
     for name in present {
         let ours = name.starts_with("QIM_") && !NOT_SERVICE_VARS.iter().any(|p| name.starts_with(p));
