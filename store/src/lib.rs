@@ -19,6 +19,7 @@ pub mod message;
 mod message_store;
 pub mod redis;
 pub mod retention;
+pub mod scylla;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;
 

@@ -1,0 +1,328 @@
+//! `MailboxStore` on CQL (ScyllaDB in production, Apache Cassandra 5 here).
+//!
+//! DESIGN.md's dispatch departure from seed 000: **no LWT on the hot path**. Duplicates reuse the
+//! first receipt, replays write identical rows, and stale writers can not regress state because
+//! every piece of monotonic state is a cell written with a client-side write timestamp derived
+//! from the value itself (`USING TIMESTAMP`), so CQL's last-write-wins means "highest value
+//! wins" (or, for first receipts, "lowest offset wins"). The only LWTs are on the per-user
+//! retention meta, issued only when the set of live expiry days changes: at most once per user
+//! per day. [`ScyllaMailboxStore::lwt_count`] counts them.
+//!
+//! # Tables (see [`MAILBOX_TABLES`])
+//!
+//! Per user (partition `(tenant_id, user_id)`):
+//! - `mailbox_entry (.., mailbox_seq) → grp`: one whole event group per seq (canonical
+//!   [`encode_event_group`](crate::codec::encode_event_group) bytes). A replay upserts identical
+//!   bytes. `TTL` = time left until the group's expiry (on the injected clock) plus one day of
+//!   slack ([`ENTRY_TTL_SLACK_SECS`]); groups already expired are never written (no
+//!   resurrection). Reads still filter on the injected clock: an expired group above the
+//!   boundary is `CorruptEntry`, as in the memory reference. Trimmed groups are not deleted (no
+//!   range deletes): reads never look below the trim, the TTL removes them.
+//! - `mailbox_retention_meta → (format_version = 4, ledger_generation, active_ledger)`: the
+//!   [`RetentionLedger`](crate::codec::RetentionLedger) of live expiry days. Changed only by LWT
+//!   (`INSERT IF NOT EXISTS` / `UPDATE IF ledger_generation = ?`), and only when a batch brings a
+//!   day the ledger does not list yet; the same LWT drops the days that expired (after their
+//!   proofs were merged into the gap). A ledger item's `max_seq` is the seq that registered the
+//!   day, a lower bound only; the real one is in the bucket proof.
+//! - `mailbox_retention_bucket_v2 (.., expiry_day, epoch) → max_seq`: the bucket proof, written
+//!   before the ledger registration and before the entry, `USING TIMESTAMP <seq>` so the highest
+//!   seq written into the day wins without a read or a condition; `TTL` = time left until the
+//!   day's expiry plus [`PROOF_TTL_SLACK_SECS`], so it outlives its entries and its ledger item
+//!   can be inspected after the expiry. A ledger item whose expiry passed needs its proof: a
+//!   missing proof is `CorruptEntry` (fail closed; this also happens for a user idle for longer
+//!   than the proof slack — a known limit).
+//! - `mailbox_floor → (trim, gap)`: two independent cells, each written `USING TIMESTAMP <seq>`:
+//!   the trim (from `truncate_before`) and the expired-gap boundary (from replays of expired
+//!   groups and from consumed ledger days) only rise, whatever order writers arrive in. No TTL.
+//!
+//! `range_scan` is read-only: its boundary is `max(trim, gap, max_seq of every ledger day whose
+//! expiry passed)` (the last term read from the proofs), which equals what the memory reference
+//! computes by consuming those days; a cursor below it is `CursorExpired`. Consuming a day
+//! (raising `gap` first, then the LWT that removes it) happens only inside a registration LWT,
+//! so it costs no extra LWT and keeps the ledger within its 32 items.
+//!
+//! Per dispatch (partition `(shard, message_id)`), all with a fixed TTL written at insert
+//! ([`DISPATCH_TTL_SECS`]; never `UPDATE … USING TTL`):
+//! - `mailbox_dispatch → (manifest, canonical_offset, mailbox_seq, lane_chunks)`: the first
+//!   receipt, written `USING TIMESTAMP FIRST_WINS_BASE - offset`. The timestamp *decreases* with
+//!   the observed offset, so the lowest offset's write has the highest timestamp and wins however
+//!   the writes interleave; every writer reads the row back and returns what won. A different
+//!   manifest (canonical bytes compared) is `DispatchConflict` and writes nothing else.
+//! - `mailbox_dispatch_observation (.., observed_offset) → observed_at`: every observation
+//!   (max observed offset, last seen time for GC).
+//! - `mailbox_dispatch_chunk (.., lane, chunk_index)`: durable chunk completions.
+//! - `mailbox_dispatch_collected → through_offset`: a GC marker (written `USING TIMESTAMP
+//!   <offset>`); progress whose observations are all at or below it is `None`.
+//!
+//! Per shard:
+//! - `mailbox_dispatch_source ((shard, bucket), observed_offset) → message_id` with
+//!   `bucket = offset >> 20`, and `mailbox_source_bucket ((shard), bucket)` listing the
+//!   buckets: the shard log as observed, so a watermark can check every source it passes.
+//! - `mailbox_lane_watermark ((shard), lane) → through`, written `USING TIMESTAMP <offset>`: the
+//!   highest offset wins, so a zombie worker's stale advance can never move it back.
+//!   `advance_watermark` first checks every source in `(current, through]` has its lane's chunks
+//!   all complete (else `Conflict` naming the first incomplete offset), then writes.
+//!
+//! Time always comes from the injected [`Clock`]; CQL TTLs run on the server's clock, so every
+//! TTL carries slack and every read filters on the injected clock.
+
+mod dispatch;
+mod schema;
+mod statements;
+mod user;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use scylla::client::session::Session;
+use scylla::response::query_result::QueryResult;
+use scylla::value::{CqlValue, Row};
+
+pub use self::schema::{mailbox_table_ddl, KEYSPACE_PLACEHOLDER, MAILBOX_TABLES};
+use self::statements::Statements;
+use crate::clock::Clock;
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{TenantId, UserId};
+use crate::mailbox::{
+    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
+    MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardId,
+};
+use crate::mailbox_store::MailboxStore;
+
+/// Entries outlive their expiry (on the injected clock) by this much on the server, so a server
+/// clock ahead of ours can not drop a group the ledger still counts as live.
+pub const ENTRY_TTL_SLACK_SECS: i64 = 86_400;
+/// Bucket proofs outlive their day's expiry by this much, so a lazily inspected ledger day still
+/// finds its proof.
+pub const PROOF_TTL_SLACK_SECS: i64 = 60 * 86_400;
+/// Dispatch bookkeeping rows live this long after they are written.
+pub const DISPATCH_TTL_SECS: i32 = 14 * 86_400;
+/// Write timestamp base of first receipts: the row of offset `o` is written at
+/// `FIRST_WINS_BASE - o`, so lower offsets win.
+pub const FIRST_WINS_BASE: i64 = 1 << 62;
+/// The write timestamp of the first-receipt row observed at `offset` (a bigint, so below
+/// 2^63): lower offsets get higher timestamps and win last-write-wins.
+pub(crate) const fn first_wins_timestamp(offset: i64) -> i64 {
+    FIRST_WINS_BASE - offset
+}
+
+/// Offsets per source bucket (`bucket = offset >> SOURCE_BUCKET_BITS`).
+pub const SOURCE_BUCKET_BITS: u32 = 20;
+
+/// `MailboxStore` on a CQL session. Cheap to clone; clones share the session and counters.
+#[derive(Clone)]
+pub struct ScyllaMailboxStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    session: Arc<Session>,
+    keyspace: String,
+    st: Statements,
+    retention: MailboxRetention,
+    clock: Arc<dyn Clock>,
+    lwts: AtomicU64,
+}
+
+impl std::fmt::Debug for ScyllaMailboxStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScyllaMailboxStore")
+            .field("keyspace", &self.inner.keyspace)
+            .field("retention", &self.inner.retention)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether `name` is a plain (unquoted) CQL identifier we accept as a keyspace.
+fn valid_keyspace(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && name.len() <= 48
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+impl ScyllaMailboxStore {
+    /// Prepares every statement against `keyspace` (whose tables [`mailbox_table_ddl`] created;
+    /// this never runs DDL). Dispatched entries live per `retention`; time comes from `clock`.
+    pub async fn connect(
+        session: Arc<Session>,
+        keyspace: &str,
+        retention: MailboxRetention,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
+        if !valid_keyspace(keyspace) {
+            return Err(StoreError::InvalidInput(format!("keyspace {keyspace:?} is not a lowercase CQL identifier")));
+        }
+        let st = Statements::prepare_all(&session, keyspace).await?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                session,
+                keyspace: keyspace.to_owned(),
+                st,
+                retention,
+                clock,
+                lwts: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// How many LWTs this store (and its clones) issued so far.
+    pub fn lwt_count(&self) -> u64 {
+        self.inner.lwts.load(Ordering::Relaxed)
+    }
+
+    /// The keyspace it works in.
+    pub fn keyspace(&self) -> &str {
+        &self.inner.keyspace
+    }
+
+    fn session(&self) -> &Session {
+        &self.inner.session
+    }
+
+    fn st(&self) -> &Statements {
+        &self.inner.st
+    }
+}
+
+/// A driver failure: the server could not be reached or failed; retryable.
+fn db<E: std::error::Error + Send + Sync + 'static>(what: &'static str) -> impl FnOnce(E) -> StoreError {
+    move |e| StoreError::unavailable(what, e)
+}
+
+/// A row that does not have the shape we wrote: corrupt.
+fn shape<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> StoreError {
+    move |e| StoreError::CorruptEntry(format!("{what}: {e}"))
+}
+
+/// Rows of `result` as `T`s.
+fn rows<T>(result: QueryResult, what: &'static str) -> StoreResult<Vec<T>>
+where
+    T: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+{
+    let rows = result.into_rows_result().map_err(shape(what))?;
+    rows.rows::<T>().map_err(shape(what))?.map(|r| r.map_err(shape(what))).collect()
+}
+
+/// The first row of `result` as a `T`, if any.
+fn first<T>(result: QueryResult, what: &'static str) -> StoreResult<Option<T>>
+where
+    T: for<'f, 'm> scylla::deserialize::row::DeserializeRow<'f, 'm>,
+{
+    Ok(rows::<T>(result, what)?.into_iter().next())
+}
+
+/// Reads an LWT's `[applied]` by column name (a failed condition adds the row's columns).
+fn applied(result: QueryResult, what: &'static str) -> StoreResult<bool> {
+    let rows = result.into_rows_result().map_err(shape(what))?;
+    let (idx, _) = rows
+        .column_specs()
+        .get_by_name("[applied]")
+        .ok_or_else(|| StoreError::CorruptEntry(format!("{what}: LWT result without [applied]")))?;
+    let row: Row = rows.single_row().map_err(shape(what))?;
+    match row.columns.get(idx) {
+        Some(Some(CqlValue::Boolean(b))) => Ok(*b),
+        other => Err(StoreError::CorruptEntry(format!("{what}: [applied] is {other:?}"))),
+    }
+}
+
+#[async_trait]
+impl MailboxStore for ScyllaMailboxStore {
+    async fn append_batch(&self, entries: &[MailboxEntry]) -> StoreResult<()> {
+        let groups = user::canonical_groups(entries)?;
+        self.write_groups(groups).await
+    }
+
+    async fn begin_dispatch(
+        &self,
+        epoch: ShardEpoch,
+        manifest: &DispatchManifest,
+        observed_offset: u64,
+    ) -> StoreResult<DispatchReceipt> {
+        self.begin(epoch, manifest, observed_offset).await
+    }
+
+    async fn append_chunk(
+        &self,
+        receipt: &DispatchReceipt,
+        manifest: &DispatchManifest,
+        chunk: ChunkId,
+    ) -> StoreResult<usize> {
+        self.chunk(receipt, manifest, chunk).await
+    }
+
+    async fn mark_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
+        self.mark_chunk(dispatch, chunk).await
+    }
+
+    async fn chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool> {
+        self.is_chunk_completed(dispatch, chunk).await
+    }
+
+    async fn dispatch_progress(&self, dispatch: DispatchId) -> StoreResult<Option<DispatchProgress>> {
+        self.progress(dispatch).await
+    }
+
+    async fn range_scan(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        after: MailboxSeq,
+        up_to: MailboxSeq,
+        max_items: usize,
+    ) -> StoreResult<MailboxPage> {
+        if after.epoch() != up_to.epoch() {
+            return Err(StoreError::InvalidInput(format!("cursor {after} and bound {up_to} are of different epochs")));
+        }
+        if max_items == 0 {
+            return Err(StoreError::InvalidInput("max_items must be at least 1".into()));
+        }
+        if after > up_to {
+            return Ok(MailboxPage { groups: Vec::new(), covered: after });
+        }
+        self.scan(tenant, user, after, up_to, max_items).await
+    }
+
+    async fn truncate_before(&self, tenant: TenantId, user: UserId, through: MailboxSeq) -> StoreResult<MailboxSeq> {
+        self.truncate(tenant, user, through).await
+    }
+
+    async fn lane_watermark(&self, shard: ShardId, lane: LaneId) -> StoreResult<LaneWatermark> {
+        self.watermark(shard, lane).await
+    }
+
+    async fn advance_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
+        self.advance(shard, lane, through).await
+    }
+
+    async fn gc_completed_dispatches(
+        &self,
+        shard: ShardId,
+        seen_before_millis: i64,
+        limit: usize,
+    ) -> StoreResult<usize> {
+        self.gc(shard, seen_before_millis, limit).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keyspace_names_are_plain_identifiers() {
+        assert!(valid_keyspace("qim_mailbox_1"));
+        assert!(!valid_keyspace("Qim"));
+        assert!(!valid_keyspace("1qim"));
+        assert!(!valid_keyspace("qim; DROP"));
+        assert!(!valid_keyspace(""));
+    }
+
+    #[test]
+    fn first_receipt_timestamps_decrease_with_offset_and_stay_positive() {
+        let max_offset = (1i64 << 47) - 1;
+        assert!(first_wins_timestamp(max_offset) > 0);
+        assert!(first_wins_timestamp(10) > first_wins_timestamp(15), "the lower offset wins");
+    }
+}

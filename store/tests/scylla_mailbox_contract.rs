@@ -1,0 +1,293 @@
+//! The mailbox contract suite against the CQL backend, plus checks of its zero-LWT dispatch path.
+//!
+//! Needs a running Cassandra (or ScyllaDB): `QIM_TEST_SCYLLA_HOSTS` (default `127.0.0.1:9042`),
+//! started on our machines by `deploy/local/stack up`. An unreachable server fails the tests;
+//! they never skip. Each test process creates one keyspace (`qim_mbx_t_<unix secs>_<pid>`,
+//! NetworkTopologyStrategy in the node's data center, RF 1) and runs the mailbox DDL in it once;
+//! keyspaces of this suite older than an hour are dropped on the way.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use qim_store::clock::ManualClock;
+use qim_store::ids::{TenantId, UserId};
+use qim_store::mailbox::{MailboxRetention, MailboxSeq};
+use qim_store::scylla::mailbox::{mailbox_table_ddl, ScyllaMailboxStore};
+use qim_store::testsuite::MailboxHarness;
+use qim_store::MailboxStore;
+use scylla::client::session::Session;
+use scylla::client::session_builder::SessionBuilder;
+
+const HOSTS_VAR: &str = "QIM_TEST_SCYLLA_HOSTS";
+const DEFAULT_HOSTS: &str = "127.0.0.1:9042";
+const KEYSPACE_PREFIX: &str = "qim_mbx_t_";
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The keyspace of this test process, and whether its tables exist yet.
+static KEYSPACE: tokio::sync::Mutex<Option<String>> = tokio::sync::Mutex::const_new(None);
+
+fn hosts() -> String {
+    std::env::var(HOSTS_VAR).ok().map(|h| h.trim().to_owned()).filter(|h| !h.is_empty()).unwrap_or(DEFAULT_HOSTS.into())
+}
+
+/// A session to `hosts`, or an error naming Cassandra, the address and how to start it.
+async fn connect(hosts: &str) -> Result<Session, String> {
+    let builder =
+        hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).fold(SessionBuilder::new(), |b, h| match h
+            .parse::<SocketAddr>()
+        {
+            Ok(a) => b.known_node_addr(a),
+            Err(_) => b.known_node(h),
+        });
+    let builder = builder.connection_timeout(CONNECT_TIMEOUT).metadata_request_clientside_timeout(CONNECT_TIMEOUT);
+    let build = builder.build();
+    let fail = |cause: String| {
+        format!(
+            "Cassandra is unreachable at {hosts} ({HOSTS_VAR}): {cause}. Start the local stack with \
+             `deploy/local/stack up` (or point {HOSTS_VAR} at a running Cassandra/ScyllaDB); these tests never skip."
+        )
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT * 2, build).await {
+        Ok(Ok(session)) => Ok(session),
+        Ok(Err(e)) => Err(fail(e.to_string())),
+        Err(_) => Err(fail(format!("no session within {:?}", CONNECT_TIMEOUT * 2))),
+    }
+}
+
+async fn exec(session: &Session, cql: String) {
+    session.query_unpaged(cql.clone(), &[]).await.unwrap_or_else(|e| panic!("`{cql}` failed: {e}"));
+}
+
+/// A session (panicking loudly when Cassandra is down) and this process's keyspace, created with
+/// the mailbox tables on first use.
+async fn session_and_keyspace() -> (Arc<Session>, String) {
+    let session = connect(&hosts()).await.unwrap_or_else(|e| panic!("{e}"));
+    let mut ks = KEYSPACE.lock().await;
+    if ks.is_none() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_secs();
+        drop_stale_keyspaces(&session, now).await;
+        let (dc,) = session
+            .query_unpaged("SELECT data_center FROM system.local", &[])
+            .await
+            .expect("reading the local data center")
+            .into_rows_result()
+            .expect("system.local rows")
+            .single_row::<(String,)>()
+            .expect("one system.local row");
+        let name = format!("{KEYSPACE_PREFIX}{now}_{}", std::process::id());
+        exec(
+            &session,
+            format!("CREATE KEYSPACE IF NOT EXISTS {name} WITH replication = {{'class': 'NetworkTopologyStrategy', '{dc}': 1}}"),
+        )
+        .await;
+        for ddl in mailbox_table_ddl(&name) {
+            exec(&session, ddl).await;
+        }
+        *ks = Some(name);
+    }
+    (Arc::new(session), ks.clone().expect("set above"))
+}
+
+/// Drops keyspaces of earlier runs of this suite (older than an hour).
+async fn drop_stale_keyspaces(session: &Session, now: u64) {
+    let Ok(result) = session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await else {
+        return;
+    };
+    let Ok(rows) = result.into_rows_result() else { return };
+    let Ok(names) = rows.rows::<(String,)>() else { return };
+    for (name,) in names.flatten() {
+        let secs =
+            name.strip_prefix(KEYSPACE_PREFIX).and_then(|r| r.split('_').next()).and_then(|s| s.parse::<u64>().ok());
+        if secs.is_some_and(|s| s + 3600 < now) {
+            if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {name}"), &[]).await {
+                eprintln!("warning: could not drop stale keyspace {name}: {e}");
+            }
+        }
+    }
+}
+
+async fn open_store(
+    retention: MailboxRetention,
+    clock: Arc<ManualClock>,
+) -> (ScyllaMailboxStore, Arc<Session>, String) {
+    let (session, ks) = session_and_keyspace().await;
+    let store =
+        ScyllaMailboxStore::connect(session.clone(), &ks, retention, clock).await.expect("connecting the store");
+    (store, session, ks)
+}
+
+/// Opens CQL stores in this process's keyspace and keeps the session for sabotage.
+#[derive(Default)]
+struct Cql {
+    last: Mutex<Option<(Arc<Session>, String)>>,
+}
+
+#[async_trait]
+impl MailboxHarness for Cql {
+    async fn open(&self, retention: MailboxRetention, clock: Arc<ManualClock>) -> Arc<dyn MailboxStore> {
+        let (store, session, ks) = open_store(retention, clock).await;
+        *self.last.lock().unwrap() = Some((session, ks));
+        Arc::new(store)
+    }
+
+    async fn overwrite_group(
+        &self,
+        _: &Arc<dyn MailboxStore>,
+        tenant: TenantId,
+        user: UserId,
+        seq: MailboxSeq,
+        bytes: Vec<u8>,
+    ) {
+        let (session, ks) = self.last.lock().unwrap().clone().expect("a store was opened");
+        let seq = i64::try_from(seq.as_u64()).expect("seqs fit a bigint");
+        session
+            .query_unpaged(
+                format!("INSERT INTO {ks}.mailbox_entry (tenant_id, user_id, mailbox_seq, grp) VALUES (?, ?, ?, ?)"),
+                (&tenant.0[..], &user.0[..], seq, bytes),
+            )
+            .await
+            .expect("overwriting a group in Cassandra");
+    }
+}
+
+mod mailbox {
+    use super::*;
+    qim_store::mailbox_store_contract_suite!(Cql::default());
+}
+
+/// CQL-specific checks: the LWT budget of the dispatch path, last-write-wins by offset, DDL
+/// idempotence, the failure message when Cassandra is down.
+mod cql_specific {
+    use super::*;
+    use qim_store::ids::{ConversationId, ConversationSeq, EventId};
+    use qim_store::mailbox::{
+        lane_of, ChunkId, DispatchId, DispatchManifest, LaneId, MailboxEntry, MailboxEvent, MessageRef, ShardEpoch,
+        ShardId,
+    };
+    use qim_store::message::MessageKind;
+    use qim_store::testsuite::fixtures::{fresh_bytes, fresh_message_id, fresh_tenant, user, T0};
+
+    const EPOCH: ShardEpoch = ShardEpoch(1);
+
+    fn fresh_shard() -> ShardId {
+        let b = fresh_bytes();
+        ShardId(u16::from_be_bytes([b[14], b[15]]) ^ u16::from_be_bytes([b[6], b[7]]))
+    }
+
+    fn message(tenant: TenantId) -> MessageRef {
+        MessageRef {
+            tenant,
+            conversation: ConversationId([3; 16]),
+            seq: ConversationSeq(1),
+            message_id: fresh_message_id(),
+            sender: user(999),
+            kind: MessageKind::Normal,
+            created_at: T0,
+        }
+    }
+
+    /// A dispatch to users whose retention day is already registered costs zero LWTs: begin,
+    /// every chunk, every completion and every lane's watermark advance. Registration of a new
+    /// day costs exactly one LWT per user.
+    #[tokio::test]
+    async fn dispatch_chunks_and_watermarks_issue_zero_lwts() {
+        let retention = MailboxRetention::default();
+        let (store, _, _) = open_store(retention, Arc::new(ManualClock::new(T0))).await;
+        let (t, shard) = (fresh_tenant(), fresh_shard());
+        let recipients: Vec<UserId> = (1..=300).map(user).collect();
+        // Warm up: one earlier entry per user in the same expiry day registers that day.
+        let expires_at = retention.expires_at(T0);
+        let warm: Vec<MailboxEntry> = recipients
+            .iter()
+            .map(|u| MailboxEntry {
+                tenant: t,
+                user: *u,
+                seq: MailboxSeq::new(EPOCH, 1).unwrap(),
+                expires_at,
+                event: MailboxEvent { ordinal: 0, event_id: EventId([1; 16]), message: message(t) },
+            })
+            .collect();
+        store.append_batch(&warm).await.unwrap();
+        assert_eq!(store.lwt_count(), recipients.len() as u64, "one registration LWT per user and day");
+        store.append_batch(&warm).await.unwrap();
+        assert_eq!(store.lwt_count(), recipients.len() as u64, "a replay registers nothing");
+
+        let before = store.lwt_count();
+        let msg = message(t);
+        let m = DispatchManifest::new(DispatchId { message_id: msg.message_id, shard }, msg, recipients.clone());
+        let receipt = store.begin_dispatch(EPOCH, &m, 7).await.unwrap();
+        let dup = store.begin_dispatch(EPOCH, &m, 8).await.unwrap();
+        assert!(dup.duplicate);
+        let counts = m.chunk_counts();
+        for lane in LaneId::all() {
+            for index in 0..counts[lane.get() as usize] {
+                let chunk = ChunkId { lane, index };
+                store.append_chunk(&receipt, &m, chunk).await.unwrap();
+                store.mark_chunk_completed(m.id, chunk).await.unwrap();
+            }
+        }
+        for lane in LaneId::all() {
+            assert_eq!(store.advance_watermark(shard, lane, 8).await.unwrap().through, Some(8));
+        }
+        assert_eq!(store.lwt_count(), before, "the dispatch path issued LWTs");
+        let u = recipients[0];
+        let page = store.range_scan(t, u, MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap(), 10).await;
+        assert_eq!(
+            page.unwrap().groups.iter().map(|g| g.seq).collect::<Vec<_>>(),
+            vec![MailboxSeq::new(EPOCH, 1).unwrap(), receipt.seq]
+        );
+        assert!(lane_of(&t, &u).get() < 64);
+    }
+
+    /// A stale writer's lower watermark (lower write timestamp) can not move it back.
+    #[tokio::test]
+    async fn a_stale_watermark_write_loses() {
+        let (store, session, ks) = open_store(MailboxRetention::default(), Arc::new(ManualClock::new(T0))).await;
+        let (t, shard) = (fresh_tenant(), fresh_shard());
+        let lane = LaneId::new(3).unwrap();
+        let members: Vec<UserId> = (0..).map(user).filter(|u| lane_of(&t, u) == lane).take(1).collect();
+        let msg = message(t);
+        let m = DispatchManifest::new(DispatchId { message_id: msg.message_id, shard }, msg, members);
+        let r = store.begin_dispatch(EPOCH, &m, 5).await.unwrap();
+        store.append_chunk(&r, &m, ChunkId { lane, index: 0 }).await.unwrap();
+        store.mark_chunk_completed(m.id, ChunkId { lane, index: 0 }).await.unwrap();
+        assert_eq!(store.advance_watermark(shard, lane, 5).await.unwrap().through, Some(5));
+        // A zombie writes the value it computed before: timestamp = its (lower) offset.
+        session
+            .query_unpaged(
+                format!(
+                    "UPDATE {ks}.mailbox_lane_watermark USING TIMESTAMP 2 SET through = 2 WHERE shard = ? AND lane = ?"
+                ),
+                (i32::from(shard.0), i32::from(lane.get())),
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.lane_watermark(shard, lane).await.unwrap().through, Some(5));
+    }
+
+    /// The DDL is idempotent (`IF NOT EXISTS`), and `connect` only prepares.
+    #[tokio::test]
+    async fn ddl_is_idempotent() {
+        let (session, ks) = session_and_keyspace().await;
+        for ddl in mailbox_table_ddl(&ks) {
+            exec(&session, ddl).await;
+        }
+        let missing = ScyllaMailboxStore::connect(
+            session,
+            "qim_mbx_no_such_keyspace",
+            MailboxRetention::default(),
+            Arc::new(ManualClock::new(T0)),
+        )
+        .await;
+        assert_eq!(missing.unwrap_err().kind(), qim_store::ErrorKind::Unavailable, "connect never creates tables");
+    }
+
+    /// A dead address fails with a message naming Cassandra and the command that starts it.
+    #[tokio::test]
+    async fn unreachable_cassandra_fails_naming_the_stack() {
+        let err = connect("127.0.0.1:1").await.expect_err("nothing listens on port 1");
+        assert!(err.contains("Cassandra") && err.contains("deploy/local/stack up"), "{err}");
+    }
+}
