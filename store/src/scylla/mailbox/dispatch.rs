@@ -129,7 +129,14 @@ impl ScyllaMailboxStore {
         let id = manifest.id;
         let (shard, mid) = (shard_i(id.shard), &id.message_id.0[..]);
         if let Some(other) = self.source_at(id.shard, observed_offset).await? {
-            if other != mid {
+            // A source of a collected dispatch is forgotten (as the memory reference removes it).
+            let forgotten = match Self::dispatch_id(id.shard, &other) {
+                Ok(owner) if other != mid => {
+                    self.collected_through(&owner).await?.is_some_and(|t| t >= observed_offset)
+                }
+                _ => false,
+            };
+            if other != mid && !forgotten {
                 return Err(StoreError::DispatchConflict(format!(
                     "offset {observed_offset} of shard {} was already observed as another dispatch",
                     id.shard.0
