@@ -16,6 +16,8 @@ const FORMAT_VERSION: i32 = 4;
 const MAX_ATTEMPTS: usize = 32;
 /// Rows fetched per `range_scan` query.
 const SCAN_BATCH: usize = 256;
+/// Most per-user reads or commits of one batch in flight.
+const MAX_IN_FLIGHT: usize = 32;
 /// The longest TTL CQL accepts (20 years).
 const MAX_TTL_SECS: i64 = 630_720_000;
 
@@ -97,6 +99,25 @@ struct Plan {
 fn day_of(expiry: UnixMillis) -> StoreResult<u32> {
     u32::try_from(expiry.day())
         .map_err(|_| StoreError::InvalidInput(format!("expiry {} is outside the ledger's day range", expiry.0)))
+}
+
+/// A finished task's result; a panic resumes, a cancellation is `Unavailable`.
+fn joined<T>(done: Option<Result<StoreResult<T>, tokio::task::JoinError>>) -> StoreResult<StoreResult<T>> {
+    match done {
+        Some(Ok(result)) => Ok(result),
+        Some(Err(join)) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Some(Err(join)) => Err(StoreError::Unavailable {
+            message: "a mailbox write task was cancelled".into(),
+            source: Some(Box::new(join)),
+        }),
+        None => Err(StoreError::Unavailable { message: "a mailbox write task vanished".into(), source: None }),
+    }
+}
+
+fn keep_first_error(first: &mut Option<StoreError>, done: StoreResult<StoreResult<()>>) {
+    if let Err(e) | Ok(Err(e)) = done {
+        first.get_or_insert(e);
+    }
 }
 
 impl ScyllaMailboxStore {
@@ -238,15 +259,38 @@ impl ScyllaMailboxStore {
         for g in groups {
             by_user.entry((g.tenant, g.user)).or_default().push(g);
         }
+        // Read and plan every user first (several reads in flight), so a ledger overflow
+        // anywhere writes nothing.
+        let mut reads = tokio::task::JoinSet::new();
         let mut plans = Vec::with_capacity(by_user.len());
         for ((tenant, user), gs) in by_user {
-            let meta = self.read_meta(&tenant, &user).await?;
-            plans.push(self.plan(tenant, user, gs, meta, now)?);
+            if reads.len() >= MAX_IN_FLIGHT {
+                plans.push(joined(reads.join_next().await)??);
+            }
+            let store = self.clone();
+            reads.spawn(async move {
+                let meta = store.read_meta(&tenant, &user).await?;
+                store.plan(tenant, user, gs, meta, now)
+            });
         }
+        while let Some(done) = reads.join_next().await {
+            plans.push(joined(Some(done))??);
+        }
+        // Then commit every user (several in flight); the first error is returned after every
+        // started commit finished.
+        let mut commits = tokio::task::JoinSet::new();
+        let mut first_err = None;
         for plan in plans {
-            self.commit_user(plan, now).await?;
+            if commits.len() >= MAX_IN_FLIGHT {
+                keep_first_error(&mut first_err, joined(commits.join_next().await));
+            }
+            let store = self.clone();
+            commits.spawn(async move { store.commit_user(plan, now).await });
         }
-        Ok(())
+        while let Some(done) = commits.join_next().await {
+            keep_first_error(&mut first_err, joined(Some(done)));
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     async fn commit_user(&self, plan: Plan, now: UnixMillis) -> StoreResult<()> {
