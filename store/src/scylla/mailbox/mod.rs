@@ -71,8 +71,10 @@ mod schema;
 mod statements;
 mod user;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use scylla::client::session::Session;
@@ -123,7 +125,23 @@ struct Inner {
     retention: MailboxRetention,
     clock: Arc<dyn Clock>,
     lwts: AtomicU64,
+    /// Manifests `append_chunk` already checked against the stored first receipt (byte-exact),
+    /// so the chunks of one dispatch do not each re-read a manifest of up to 1.6 MB.
+    verified: std::sync::Mutex<HashMap<DispatchId, Verified>>,
 }
+
+/// A dispatch row as read, for [`Inner::verified`].
+#[derive(Clone)]
+struct Verified {
+    at: Instant,
+    manifest: Arc<Vec<u8>>,
+    seq: MailboxSeq,
+}
+
+/// How long a verified manifest is trusted without re-reading its row.
+const VERIFIED_FOR: Duration = Duration::from_secs(30);
+/// Most verified manifests kept (the map is cleared when full).
+const VERIFIED_CAP: usize = 256;
 
 impl std::fmt::Debug for ScyllaMailboxStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -163,6 +181,7 @@ impl ScyllaMailboxStore {
                 retention,
                 clock,
                 lwts: AtomicU64::new(0),
+                verified: std::sync::Mutex::default(),
             }),
         })
     }
@@ -175,6 +194,20 @@ impl ScyllaMailboxStore {
     /// The keyspace it works in.
     pub fn keyspace(&self) -> &str {
         &self.inner.keyspace
+    }
+
+    /// The manifest bytes and seq of a dispatch verified less than [`VERIFIED_FOR`] ago.
+    fn verified(&self, id: &DispatchId) -> Option<(Arc<Vec<u8>>, MailboxSeq)> {
+        let map = self.inner.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(id).filter(|v| v.at.elapsed() < VERIFIED_FOR).map(|v| (v.manifest.clone(), v.seq))
+    }
+
+    fn remember_verified(&self, id: DispatchId, manifest: Arc<Vec<u8>>, seq: MailboxSeq) {
+        let mut map = self.inner.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= VERIFIED_CAP {
+            map.clear();
+        }
+        map.insert(id, Verified { at: Instant::now(), manifest, seq });
     }
 
     fn session(&self) -> &Session {
