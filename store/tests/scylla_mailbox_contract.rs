@@ -161,7 +161,7 @@ mod mailbox {
 /// idempotence, the failure message when Cassandra is down.
 mod cql_specific {
     use super::*;
-    use qim_store::ids::{ConversationId, ConversationSeq, EventId};
+    use qim_store::ids::{ConversationId, ConversationSeq, EventId, MILLIS_PER_DAY};
     use qim_store::mailbox::{
         lane_of, ChunkId, DispatchId, DispatchManifest, LaneId, MailboxEntry, MailboxEvent, MessageRef, ShardEpoch,
         ShardId,
@@ -239,6 +239,41 @@ mod cql_specific {
             vec![MailboxSeq::new(EPOCH, 1).unwrap(), receipt.seq]
         );
         assert!(lane_of(&t, &u).get() < 64);
+    }
+
+    /// Writers racing on one user's retention meta (each bringing new expiry days) retry their
+    /// LWT until every day is registered: every group lands and stays readable.
+    #[tokio::test]
+    async fn concurrent_registrations_of_one_user_all_land() {
+        let (store, _, _) = open_store(MailboxRetention::default(), Arc::new(ManualClock::new(T0))).await;
+        let t = fresh_tenant();
+        let u = user(1);
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..8u64 {
+            let store = store.clone();
+            tasks.spawn(async move {
+                for k in 0..3u64 {
+                    let n = w * 3 + k + 1;
+                    let expires_at = qim_store::mailbox::end_of_day(T0.plus_millis(n as i64 * MILLIS_PER_DAY));
+                    let e = MailboxEntry {
+                        tenant: t,
+                        user: u,
+                        seq: MailboxSeq::new(EPOCH, n).unwrap(),
+                        expires_at,
+                        event: MailboxEvent { ordinal: 0, event_id: EventId([n as u8; 16]), message: message(t) },
+                    };
+                    store.append_batch(&[e]).await.expect("a racing append");
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.unwrap();
+        }
+        eprintln!("{} LWTs for 24 new days (retries included)", store.lwt_count());
+        assert!(store.lwt_count() >= 24, "one LWT per new day at least");
+        let page =
+            store.range_scan(t, u, MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap(), 100).await.unwrap();
+        assert_eq!(page.groups.len(), 24);
     }
 
     /// A stale writer's lower watermark (lower write timestamp) can not move it back.
