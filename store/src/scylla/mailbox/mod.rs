@@ -65,6 +65,44 @@
 //!
 //! Time always comes from the injected [`Clock`]; CQL TTLs run on the server's clock, so every
 //! TTL carries slack and every read filters on the injected clock.
+//!
+//! # Why each guarantee holds
+//!
+//! - *Duplicates reuse the first receipt*: `begin_dispatch` writes the receipt only when it reads
+//!   none, and always answers with the row it reads back; the row's cells are identical for one
+//!   offset, and between offsets the lowest wins (decreasing timestamps).
+//! - *Replays write identical rows*: every row is a pure function of its key and the canonical
+//!   manifest / group bytes (observation rows also carry the injected time of the observation).
+//! - *No regression by stale writers*: trim, gap, bucket proofs, watermarks and GC markers are
+//!   cells whose write timestamp is the value, so a lower value written later loses.
+//! - *Watermarks never pass incomplete work*: the advance reads every source in
+//!   `(current, through]` and the lane's durable chunk rows before writing.
+//! - *No silent gap*: a group is written only after its day is listed in the ledger and its
+//!   proof carries a seq at least as high; once the day expires, the boundary covers the proof's
+//!   seq. Readers read the meta before the floor, and writers raise the gap before their LWT
+//!   drops an expired day, so one of the two is always seen.
+//!
+//! # Known limits
+//!
+//! - Two *concurrent* first observations of one dispatch at different offsets (a zombie worker
+//!   racing its successor within one round trip) can both return receipts before the lower offset
+//!   wins; the loser's later chunks fail (`Conflict`, the receipt seq is checked) but chunks it
+//!   already wrote stay at its seq. Closing that window needs an LWT per dispatch, which DESIGN.md
+//!   rules out on the hot path.
+//! - After GC, the dispatch rows stay until their TTL: a replay of a collected dispatch gets its
+//!   old first receipt (the memory reference would start afresh), and its progress stays `None`
+//!   until it is observed above the GC marker.
+//! - A ledger day inspected more than [`PROOF_TTL_SLACK_SECS`] after its expiry finds no proof
+//!   and fails closed (`CorruptEntry`); a writer or reader touching the user within that time
+//!   consumes (writer) or does not need to consume (reader) it.
+//! - `gc_completed_dispatches` scans the shard's sources from its first live bucket (at most
+//!   100 000 per call); sources and dispatch rows expire [`DISPATCH_TTL_SECS`] after they were
+//!   written, so a duplicate observed almost that long after its first observation can outlive
+//!   its receipt row (`CorruptEntry` if a watermark still has to pass it).
+//! - Watermarks are keyed by `(shard, lane)` as the trait is: a shard log restarting its offsets
+//!   (a new epoch) can not move them below their old high point.
+//! - The "another dispatch at this offset" check is a read before the write, not atomic (a log
+//!   offset names one record, so only a bug can race it).
 
 mod dispatch;
 mod schema;

@@ -386,8 +386,10 @@ impl ScyllaMailboxStore {
         max_items: usize,
     ) -> StoreResult<MailboxPage> {
         let now = self.inner.clock.now();
-        let floor = self.read_floor(&tenant, &user).await?;
+        // Meta before floor: a writer raises the gap before its LWT drops an expired day, so
+        // either the day is still listed (and its proof is read) or the raised gap is seen.
         let meta = self.read_meta(&tenant, &user).await?;
+        let floor = self.read_floor(&tenant, &user).await?;
         if floor.is_none() && !meta.exists {
             return Ok(MailboxPage { groups: Vec::new(), covered: up_to });
         }
