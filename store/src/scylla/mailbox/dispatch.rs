@@ -216,12 +216,17 @@ impl ScyllaMailboxStore {
         chunk: ChunkId,
     ) -> StoreResult<usize> {
         let bytes = encode_manifest(manifest);
+        // The manifest bytes may come from the cache; the seq is always read (a small row), so a
+        // receipt that lost a first-observation race is refused as soon as the row shows it.
         let (stored, seq) = match self.verified(&receipt.id) {
-            Some(hit) => hit,
+            Some(stored) => {
+                let head = self.dispatch_head(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
+                (stored, head.seq)
+            }
             None => {
                 let (stored, head) = self.dispatch_row(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
                 let stored = std::sync::Arc::new(stored);
-                self.remember_verified(receipt.id, stored.clone(), head.seq);
+                self.remember_verified(receipt.id, stored.clone());
                 (stored, head.seq)
             }
         };

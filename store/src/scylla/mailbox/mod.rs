@@ -86,7 +86,7 @@
 //!
 //! - Two *concurrent* first observations of one dispatch at different offsets (a zombie worker
 //!   racing its successor within one round trip) can both return receipts before the lower offset
-//!   wins; the loser's later chunks fail (`Conflict`, the receipt seq is checked) but chunks it
+//!   wins; the loser's later chunks fail (`Conflict`, the receipt seq is re-read per chunk) but chunks it
 //!   already wrote stay at its seq. Closing that window needs an LWT per dispatch, which DESIGN.md
 //!   rules out on the hot path.
 //! - After GC, the dispatch rows stay until their TTL: a replay of a collected dispatch gets its
@@ -173,7 +173,6 @@ struct Inner {
 struct Verified {
     at: Instant,
     manifest: Arc<Vec<u8>>,
-    seq: MailboxSeq,
 }
 
 /// How long a verified manifest is trusted without re-reading its row.
@@ -234,18 +233,18 @@ impl ScyllaMailboxStore {
         &self.inner.keyspace
     }
 
-    /// The manifest bytes and seq of a dispatch verified less than [`VERIFIED_FOR`] ago.
-    fn verified(&self, id: &DispatchId) -> Option<(Arc<Vec<u8>>, MailboxSeq)> {
+    /// The stored manifest bytes of a dispatch read less than [`VERIFIED_FOR`] ago.
+    fn verified(&self, id: &DispatchId) -> Option<Arc<Vec<u8>>> {
         let map = self.inner.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(id).filter(|v| v.at.elapsed() < VERIFIED_FOR).map(|v| (v.manifest.clone(), v.seq))
+        map.get(id).filter(|v| v.at.elapsed() < VERIFIED_FOR).map(|v| v.manifest.clone())
     }
 
-    fn remember_verified(&self, id: DispatchId, manifest: Arc<Vec<u8>>, seq: MailboxSeq) {
+    fn remember_verified(&self, id: DispatchId, manifest: Arc<Vec<u8>>) {
         let mut map = self.inner.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= VERIFIED_CAP {
             map.clear();
         }
-        map.insert(id, Verified { at: Instant::now(), manifest, seq });
+        map.insert(id, Verified { at: Instant::now(), manifest });
     }
 
     fn session(&self) -> &Session {
