@@ -4,7 +4,7 @@
 //! started on our machines by `deploy/local/stack up`. An unreachable server fails the tests;
 //! they never skip. Each test process creates one keyspace (`qim_mbx_t_<unix secs>_<pid>`,
 //! NetworkTopologyStrategy in the node's data center, RF 1) and runs the mailbox DDL in it once;
-//! keyspaces of this suite older than an hour are dropped on the way.
+//! keyspaces of this suite older than 20 minutes are dropped on the way (a run takes well under a minute).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -90,7 +90,7 @@ async fn session_and_keyspace() -> (Arc<Session>, String) {
     (Arc::new(session), ks.clone().expect("set above"))
 }
 
-/// Drops keyspaces of earlier runs of this suite (older than an hour).
+/// Drops keyspaces of earlier runs of this suite (older than 20 minutes).
 async fn drop_stale_keyspaces(session: &Session, now: u64) {
     let Ok(result) = session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await else {
         return;
@@ -100,7 +100,7 @@ async fn drop_stale_keyspaces(session: &Session, now: u64) {
     for (name,) in names.flatten() {
         let secs =
             name.strip_prefix(KEYSPACE_PREFIX).and_then(|r| r.split('_').next()).and_then(|s| s.parse::<u64>().ok());
-        if secs.is_some_and(|s| s + 3600 < now) {
+        if secs.is_some_and(|s| s + 1200 < now) {
             if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {name}"), &[]).await {
                 eprintln!("warning: could not drop stale keyspace {name}: {e}");
             }
@@ -306,7 +306,7 @@ mod cql_specific {
                     10i64,
                     seq10,
                     lanes,
-                    qim_store::scylla::mailbox::FIRST_WINS_BASE - 10,
+                    qim_store::scylla::mailbox::first_wins_timestamp(10),
                 ),
             )
             .await
@@ -337,13 +337,13 @@ mod cql_specific {
         store.append_chunk(&r, &m, ChunkId { lane, index: 0 }).await.unwrap();
         store.mark_chunk_completed(m.id, ChunkId { lane, index: 0 }).await.unwrap();
         assert_eq!(store.advance_watermark(shard, lane, 5).await.unwrap().through, Some(5));
-        // A zombie writes the value it computed before: timestamp = its (lower) offset.
+        // A zombie writes the value it computed before, stamped by the same rule (its lower offset).
         session
             .query_unpaged(
                 format!(
-                    "UPDATE {ks}.mailbox_lane_watermark USING TIMESTAMP 2 SET through = 2 WHERE shard = ? AND lane = ?"
+                    "UPDATE {ks}.mailbox_lane_watermark USING TIMESTAMP ? SET through = 2 WHERE shard = ? AND lane = ?"
                 ),
-                (i32::from(shard.0), i32::from(lane.get())),
+                (qim_store::scylla::mailbox::highest_wins_timestamp(2), i32::from(shard.0), i32::from(lane.get())),
             )
             .await
             .unwrap();

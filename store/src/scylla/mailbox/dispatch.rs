@@ -4,7 +4,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{db, first, first_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS, SOURCE_BUCKET_BITS};
+use super::{
+    db, first, first_wins_timestamp, highest_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS,
+    SOURCE_BUCKET_BITS,
+};
 use crate::codec::{decode_manifest, encode_manifest, i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::mailbox::{
@@ -502,7 +505,10 @@ impl ScyllaMailboxStore {
         }
         let t = u64_to_i64("watermark", through)?;
         self.session()
-            .execute_unpaged(&self.st().wm_update, (t, t, shard_i(shard), i32::from(lane.get())))
+            .execute_unpaged(
+                &self.st().wm_update,
+                (highest_wins_timestamp(t), t, shard_i(shard), i32::from(lane.get())),
+            )
             .await
             .map_err(db("advancing a lane watermark"))?;
         Ok(LaneWatermark { shard, lane, through: Some(through) })
@@ -549,7 +555,10 @@ impl ScyllaMailboxStore {
             }
             let m = u64_to_i64("GC marker", max_observed)?;
             self.session()
-                .execute_unpaged(&self.st().collected_insert, (shard_i(shard), &mid, m, DISPATCH_TTL_SECS, m))
+                .execute_unpaged(
+                    &self.st().collected_insert,
+                    (shard_i(shard), &mid, m, DISPATCH_TTL_SECS, highest_wins_timestamp(m)),
+                )
                 .await
                 .map_err(db("writing a dispatch GC marker"))?;
             collected += 1;

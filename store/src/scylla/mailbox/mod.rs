@@ -25,13 +25,14 @@
 //!   proofs were merged into the gap). A ledger item's `max_seq` is the seq that registered the
 //!   day, a lower bound only; the real one is in the bucket proof.
 //! - `mailbox_retention_bucket_v2 (.., expiry_day, epoch) → max_seq`: the bucket proof, written
-//!   before the ledger registration and before the entry, `USING TIMESTAMP <seq>` so the highest
+//!   before the ledger registration and before the entry, `USING TIMESTAMP` [`highest_wins_timestamp`]`(seq)` so the highest
 //!   seq written into the day wins without a read or a condition; `TTL` = time left until the
 //!   day's expiry plus [`PROOF_TTL_SLACK_SECS`], so it outlives its entries and its ledger item
 //!   can be inspected after the expiry. A ledger item whose expiry passed needs its proof: a
 //!   missing proof is `CorruptEntry` (fail closed; this also happens for a user idle for longer
 //!   than the proof slack — a known limit).
-//! - `mailbox_floor → (trim, gap)`: two independent cells, each written `USING TIMESTAMP <seq>`:
+//! - `mailbox_floor → (trim, gap)`: two independent cells, each written with the seq's
+//!   [`highest_wins_timestamp`]:
 //!   the trim (from `truncate_before`) and the expired-gap boundary (from replays of expired
 //!   groups and from consumed ledger days) only rise, whatever order writers arrive in. No TTL.
 //!
@@ -44,7 +45,7 @@
 //! Per dispatch (partition `(shard, message_id)`), all with a fixed TTL written at insert
 //! ([`DISPATCH_TTL_SECS`]; never `UPDATE … USING TTL`):
 //! - `mailbox_dispatch → (manifest, canonical_offset, mailbox_seq, lane_chunks)`: the first
-//!   receipt, written `USING TIMESTAMP FIRST_WINS_BASE - offset`. The timestamp *decreases* with
+//!   receipt, written `USING TIMESTAMP` [`first_wins_timestamp`]`(offset)` `= -offset`. The timestamp *decreases* with
 //!   the observed offset, so the lowest offset's write has the highest timestamp and wins however
 //!   the writes interleave; every writer reads the row back and returns what won. A different
 //!   manifest (canonical bytes compared) is `DispatchConflict` and writes nothing else.
@@ -52,13 +53,14 @@
 //!   (max observed offset, last seen time for GC).
 //! - `mailbox_dispatch_chunk (.., lane, chunk_index)`: durable chunk completions.
 //! - `mailbox_dispatch_collected → through_offset`: a GC marker (written `USING TIMESTAMP
-//!   <offset>`); progress whose observations are all at or below it is `None`.
+//!   <offset>` through [`highest_wins_timestamp`]); progress whose observations are all at or below it is `None`.
 //!
 //! Per shard:
 //! - `mailbox_dispatch_source ((shard, bucket), observed_offset) → message_id` with
 //!   `bucket = offset >> 20`, and `mailbox_source_bucket ((shard), bucket)` listing the
 //!   buckets: the shard log as observed, so a watermark can check every source it passes.
-//! - `mailbox_lane_watermark ((shard), lane) → through`, written `USING TIMESTAMP <offset>`: the
+//! - `mailbox_lane_watermark ((shard), lane) → through`, written with the offset's
+//!   [`highest_wins_timestamp`]: the
 //!   highest offset wins, so a zombie worker's stale advance can never move it back.
 //!   `advance_watermark` first checks every source in `(current, through]` has its lane's chunks
 //!   all complete (else `Conflict` naming the first incomplete offset), then writes.
@@ -138,13 +140,19 @@ pub const ENTRY_TTL_SLACK_SECS: i64 = 86_400;
 pub const PROOF_TTL_SLACK_SECS: i64 = 60 * 86_400;
 /// Dispatch bookkeeping rows live this long after they are written.
 pub const DISPATCH_TTL_SECS: i32 = 14 * 86_400;
-/// Write timestamp base of first receipts: the row of offset `o` is written at
-/// `FIRST_WINS_BASE - o`, so lower offsets win.
-pub const FIRST_WINS_BASE: i64 = 1 << 62;
-/// The write timestamp of the first-receipt row observed at `offset` (a bigint, so below
-/// 2^63): lower offsets get higher timestamps and win last-write-wins.
-pub(crate) const fn first_wins_timestamp(offset: i64) -> i64 {
-    FIRST_WINS_BASE - offset
+/// The write timestamp under which the highest `value` (a seq or an offset, `>= 0`) wins
+/// last-write-wins: `value - 2^63 + 1`. Every such timestamp lies in the past (at or before
+/// 1970) — ScyllaDB's default `restrict_future_timestamp` refuses `USING TIMESTAMP` more than 3
+/// days ahead — and none is the reserved `i64::MIN`. Only ever compared with timestamps of the
+/// same rule: the cells written this way are written by nothing else.
+pub const fn highest_wins_timestamp(value: i64) -> i64 {
+    value + i64::MIN + 1
+}
+
+/// The write timestamp of the first-receipt row observed at `offset` (`>= 0`): `-offset`, so
+/// lower offsets get higher timestamps and win, and every timestamp lies in the past.
+pub const fn first_wins_timestamp(offset: i64) -> i64 {
+    -offset
 }
 
 /// Offsets per source bucket (`bucket = offset >> SOURCE_BUCKET_BITS`).
@@ -390,9 +398,12 @@ mod tests {
     }
 
     #[test]
-    fn first_receipt_timestamps_decrease_with_offset_and_stay_positive() {
-        let max_offset = (1i64 << 47) - 1;
-        assert!(first_wins_timestamp(max_offset) > 0);
+    fn write_timestamps_order_values_and_stay_in_the_past() {
         assert!(first_wins_timestamp(10) > first_wins_timestamp(15), "the lower offset wins");
+        assert_eq!(first_wins_timestamp(0), 0);
+        assert!(first_wins_timestamp(i64::MAX) > i64::MIN);
+        assert!(highest_wins_timestamp(15) > highest_wins_timestamp(10), "the higher value wins");
+        assert_eq!(highest_wins_timestamp(0), i64::MIN + 1, "never the reserved i64::MIN");
+        assert_eq!(highest_wins_timestamp(i64::MAX), 0, "never in the future");
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use super::{db, first, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, PROOF_TTL_SLACK_SECS};
+use super::{db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, PROOF_TTL_SLACK_SECS};
 use crate::codec::{decode_event_group, encode_event_group, i64_to_u64, u64_to_i64, validate_group, RetentionLedger};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
@@ -165,7 +165,7 @@ impl ScyllaMailboxStore {
     async fn raise_gap(&self, tenant: &TenantId, user: &UserId, seq: MailboxSeq) -> StoreResult<()> {
         let s = seq_i("gap", seq)?;
         self.session()
-            .execute_unpaged(&self.st().floor_gap, (s, s, &tenant.0[..], &user.0[..]))
+            .execute_unpaged(&self.st().floor_gap, (highest_wins_timestamp(s), s, &tenant.0[..], &user.0[..]))
             .await
             .map_err(db("raising a mailbox gap"))?;
         Ok(())
@@ -304,7 +304,16 @@ impl ScyllaMailboxStore {
             self.session()
                 .execute_unpaged(
                     &self.st().bucket_insert,
-                    (&t.0[..], &u.0[..], i64::from(*day), i32::from(*epoch), s, expiry.0, ttl, s),
+                    (
+                        &t.0[..],
+                        &u.0[..],
+                        i64::from(*day),
+                        i32::from(*epoch),
+                        s,
+                        expiry.0,
+                        ttl,
+                        highest_wins_timestamp(s),
+                    ),
                 )
                 .await
                 .map_err(db("writing a bucket proof"))?;
@@ -455,7 +464,7 @@ impl ScyllaMailboxStore {
     ) -> StoreResult<MailboxSeq> {
         let s = seq_i("trim", through)?;
         self.session()
-            .execute_unpaged(&self.st().floor_trim, (s, s, &tenant.0[..], &user.0[..]))
+            .execute_unpaged(&self.st().floor_trim, (highest_wins_timestamp(s), s, &tenant.0[..], &user.0[..]))
             .await
             .map_err(db("raising a mailbox trim"))?;
         let stored = self.read_floor(&tenant, &user).await?.and_then(|(trim, _)| trim);
