@@ -194,15 +194,15 @@ impl ScyllaMailboxStore {
             .execute_unpaged(&self.st().obs_insert, (shard, mid, off, now, ttl))
             .await
             .map_err(db("recording a dispatch observation"))?;
+        // The observation row first (GC finds the highest observed offset there), then the
+        // source row and its bucket index together.
         let bucket = bucket_of(observed_offset);
-        self.session()
-            .execute_unpaged(&self.st().source_insert, (shard, bucket, off, mid, ttl))
-            .await
-            .map_err(db("recording a dispatch source"))?;
-        self.session()
-            .execute_unpaged(&self.st().source_bucket_insert, (shard, bucket, ttl))
-            .await
-            .map_err(db("indexing a source bucket"))?;
+        let (source, index) = tokio::join!(
+            self.session().execute_unpaged(&self.st().source_insert, (shard, bucket, off, mid, ttl)),
+            self.session().execute_unpaged(&self.st().source_bucket_insert, (shard, bucket, ttl)),
+        );
+        source.map_err(db("recording a dispatch source"))?;
+        index.map_err(db("indexing a source bucket"))?;
         Ok(DispatchReceipt {
             id,
             seq: head.seq,

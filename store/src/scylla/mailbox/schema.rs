@@ -9,14 +9,16 @@ pub const KEYSPACE_PLACEHOLDER: &str = "{ks}";
 /// Every mailbox table, `CREATE TABLE IF NOT EXISTS {ks}.…`; see the module docs of
 /// [`super`] for what each row means and why each guarantee holds.
 pub const MAILBOX_TABLES: &[&str] = &[
-    // One whole event group per (user, seq); TTL = remaining life of the group (+ slack).
+    // One whole event group per (user, seq); TTL = remaining life of the group (+ slack), set on
+    // every write. The 33-day default only keeps ScyllaDB from warning about a TWCS table without
+    // one (`restrict_twcs_without_default_ttl`).
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_entry (\
         tenant_id blob, user_id blob, mailbox_seq bigint, grp blob, \
         PRIMARY KEY ((tenant_id, user_id), mailbox_seq)) \
         WITH CLUSTERING ORDER BY (mailbox_seq ASC) \
         AND compaction = {'class': 'TimeWindowCompactionStrategy', \
         'compaction_window_unit': 'DAYS', 'compaction_window_size': 1} \
-        AND gc_grace_seconds = 86400",
+        AND gc_grace_seconds = 86400 AND default_time_to_live = 2851200",
     // Per-user retention ledger: the set of live expiry days. Changed only by LWT.
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_retention_meta (\
         tenant_id blob, user_id blob, format_version int, ledger_generation bigint, active_ledger blob, \
