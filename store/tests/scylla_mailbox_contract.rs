@@ -324,6 +324,52 @@ mod cql_specific {
         store.append_chunk(&again, &m, chunk).await.unwrap();
     }
 
+    /// A ledger day whose bucket proof is missing, or a retention meta that does not decode, fails
+    /// closed instead of guessing the expired-gap boundary.
+    #[tokio::test]
+    async fn missing_proofs_and_corrupt_ledgers_fail_closed() {
+        let clock = Arc::new(ManualClock::new(T0));
+        let (store, session, ks) = open_store(MailboxRetention::default(), clock.clone()).await;
+        let t = fresh_tenant();
+        let (u, v) = (user(1), user(2));
+        let expires_at = qim_store::mailbox::end_of_day(T0.plus_millis(MILLIS_PER_DAY));
+        let entry = |who: UserId| MailboxEntry {
+            tenant: t,
+            user: who,
+            seq: MailboxSeq::new(EPOCH, 4).unwrap(),
+            expires_at,
+            event: MailboxEvent { ordinal: 0, event_id: EventId([4; 16]), message: message(t) },
+        };
+        store.append_batch(&[entry(u), entry(v)]).await.unwrap();
+        let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap());
+        session
+            .query_unpaged(
+                format!("DELETE FROM {ks}.mailbox_retention_bucket_v2 WHERE tenant_id = ? AND user_id = ?"),
+                (&t.0[..], &u.0[..]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(store.range_scan(t, u, origin, top, 10).await.unwrap().groups.len(), 1, "the day is still live");
+        clock.set(expires_at);
+        assert_eq!(
+            store.range_scan(t, u, origin, top, 10).await.unwrap_err().kind(),
+            qim_store::ErrorKind::CorruptEntry,
+            "an expired ledger day without its proof"
+        );
+        session
+            .query_unpaged(
+                format!("UPDATE {ks}.mailbox_retention_meta SET active_ledger = ? WHERE tenant_id = ? AND user_id = ?"),
+                (vec![b'Q', b'R', b'L', 1, 0], &t.0[..], &v.0[..]),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            store.range_scan(t, v, origin, top, 10).await.unwrap_err().kind(),
+            qim_store::ErrorKind::CorruptEntry,
+            "a truncated ledger blob"
+        );
+    }
+
     /// A stale writer's lower watermark (lower write timestamp) can not move it back.
     #[tokio::test]
     async fn a_stale_watermark_write_loses() {

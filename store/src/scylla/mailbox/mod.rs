@@ -103,6 +103,9 @@
 //!   its receipt row (`CorruptEntry` if a watermark still has to pass it).
 //! - Watermarks are keyed by `(shard, lane)` as the trait is: a shard log restarting its offsets
 //!   (a new epoch) can not move them below their old high point.
+//! - Every client write timestamp lies at or before 1970, so a row deleted with a server
+//!   timestamp (an operator's `DELETE`, a user erasure) shadows every later write of these
+//!   tables for good: such deletes are final by design; never "reset" state by deleting it.
 //! - The "another dispatch at this offset" check is a read before the write, not atomic (a log
 //!   offset names one record, so only a bug can race it).
 
