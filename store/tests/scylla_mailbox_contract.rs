@@ -376,6 +376,33 @@ mod cql_specific {
         );
     }
 
+    /// Scans page through more rows than one query fetches.
+    #[tokio::test]
+    async fn range_scan_spans_several_query_pages() {
+        let (store, _, _) = open_store(MailboxRetention::default(), Arc::new(ManualClock::new(T0))).await;
+        let t = fresh_tenant();
+        let u = user(1);
+        let expires_at = MailboxRetention::default().expires_at(T0);
+        let batch: Vec<MailboxEntry> = (1..=600u64)
+            .map(|n| MailboxEntry {
+                tenant: t,
+                user: u,
+                seq: MailboxSeq::new(EPOCH, n).unwrap(),
+                expires_at,
+                event: MailboxEvent { ordinal: 0, event_id: EventId([7; 16]), message: message(t) },
+            })
+            .collect();
+        store.append_batch(&batch).await.unwrap();
+        let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 1000).unwrap());
+        let all = store.range_scan(t, u, origin, top, 10_000).await.unwrap();
+        assert_eq!((all.groups.len(), all.covered), (600, top));
+        assert!(all.groups.windows(2).all(|w| w[0].seq < w[1].seq));
+        let part = store.range_scan(t, u, origin, top, 300).await.unwrap();
+        assert_eq!((part.groups.len(), part.covered), (300, MailboxSeq::new(EPOCH, 300).unwrap()));
+        let rest = store.range_scan(t, u, part.covered, top, 10_000).await.unwrap();
+        assert_eq!((rest.groups.len(), rest.groups[0].seq), (300, MailboxSeq::new(EPOCH, 301).unwrap()));
+    }
+
     /// A stale writer's lower watermark (lower write timestamp) can not move it back.
     #[tokio::test]
     async fn a_stale_watermark_write_loses() {
