@@ -303,7 +303,7 @@ mod cql_specific {
             .query_unpaged(
                 format!(
                     "INSERT INTO {ks}.mailbox_dispatch (shard, message_id, manifest, canonical_offset, mailbox_seq, \
-                     lane_chunks) VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
+                     lane_chunks, generation) VALUES (?, ?, ?, ?, ?, ?, 0) USING TIMESTAMP ?"
                 ),
                 (
                     i32::from(shard.0),
@@ -312,7 +312,7 @@ mod cql_specific {
                     10i64,
                     seq10,
                     lanes,
-                    qim_store::scylla::mailbox::first_wins_timestamp(10),
+                    qim_store::scylla::mailbox::first_wins_timestamp(0, 10),
                 ),
             )
             .await
@@ -401,6 +401,46 @@ mod cql_specific {
         assert_eq!((part.groups.len(), part.covered), (300, MailboxSeq::new(EPOCH, 300).unwrap()));
         let rest = store.range_scan(t, u, part.covered, top, 10_000).await.unwrap();
         assert_eq!((rest.groups.len(), rest.groups[0].seq), (300, MailboxSeq::new(EPOCH, 301).unwrap()));
+    }
+
+    /// A user idle for longer than the proofs' slack stays available: the ledger items, folded
+    /// from the proofs at each registration, stand in for proofs gone by TTL.
+    #[tokio::test]
+    async fn long_idle_users_stay_available_once_proofs_expired() {
+        let clock = Arc::new(ManualClock::new(T0));
+        let (store, session, ks) = open_store(MailboxRetention::default(), clock.clone()).await;
+        let t = fresh_tenant();
+        let u = user(1);
+        let day = |days: i64| qim_store::mailbox::end_of_day(T0.plus_millis(days * MILLIS_PER_DAY));
+        let entry = |n: u64, expires_at| MailboxEntry {
+            tenant: t,
+            user: u,
+            seq: MailboxSeq::new(EPOCH, n).unwrap(),
+            expires_at,
+            event: MailboxEvent { ordinal: 0, event_id: EventId([n as u8; 16]), message: message(t) },
+        };
+        store.append_batch(&[entry(4, day(1))]).await.unwrap();
+        store.append_batch(&[entry(9, day(1))]).await.unwrap();
+        store.append_batch(&[entry(10, day(200))]).await.unwrap();
+        // The proofs' TTL ran out (simulated: the test clock does not move the server's).
+        session
+            .query_unpaged(
+                format!("DELETE FROM {ks}.mailbox_retention_bucket_v2 WHERE tenant_id = ? AND user_id = ? AND expiry_day = ?"),
+                (&t.0[..], &u.0[..], day(1).day()),
+            )
+            .await
+            .unwrap();
+        clock.set(day(1).plus_millis(70 * MILLIS_PER_DAY));
+        let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap());
+        match store.range_scan(t, u, origin, top, 10).await {
+            Err(qim_store::StoreError::CursorExpired { earliest }) => {
+                assert_eq!(earliest, MailboxSeq::new(EPOCH, 9).unwrap(), "the folded max of the expired day")
+            }
+            other => panic!("expected CursorExpired, got {other:?}"),
+        }
+        let page = store.range_scan(t, u, MailboxSeq::new(EPOCH, 9).unwrap(), top, 10).await.unwrap();
+        assert_eq!(page.groups.iter().map(|g| g.seq.position()).collect::<Vec<_>>(), vec![10]);
+        store.append_batch(&[entry(11, day(201))]).await.expect("a new day registers despite the lost proof");
     }
 
     /// A stale writer's lower watermark (lower write timestamp) can not move it back.
@@ -550,8 +590,7 @@ mod differential {
             })
             .collect();
         let mut receipts: Vec<DispatchReceipt> = Vec::new();
-        // The memory store forgets a collected dispatch; the CQL one keeps its first receipt until
-        // the rows' TTL, so a re-begun collected dispatch differs on purpose: leave those alone.
+        // Dispatches GC collected: observing one again must start afresh on both stores.
         let mut collected: std::collections::HashSet<DispatchId> = Default::default();
         let now = |c: &ManualClock| qim_store::clock::Clock::now(c);
         for step in 0..steps {
@@ -622,13 +661,13 @@ mod differential {
                 58..=67 => {
                     let m = &manifests[rng.below(manifests.len() as u64) as usize];
                     let offset = rng.below(30);
-                    if collected.contains(&m.id) {
-                        continue;
-                    }
                     let (a, b) =
                         (mem.begin_dispatch(EPOCH, m, offset).await, red.begin_dispatch(EPOCH, m, offset).await);
                     if let Ok(r) = &a {
                         receipts.push(*r);
+                        if collected.remove(&m.id) {
+                            note("begin_dispatch:after_gc");
+                        }
                     }
                     same(step, "begin_dispatch", a, b);
                 }
@@ -637,9 +676,6 @@ mod differential {
                         continue;
                     };
                     let m = manifests.iter().find(|m| m.id == r.id).unwrap();
-                    if collected.contains(&m.id) {
-                        continue;
-                    }
                     let lane = if rng.below(4) == 0 {
                         LaneId::new(rng.below(64) as u8).unwrap()
                     } else {
@@ -696,9 +732,6 @@ mod differential {
                         // Finish every begun dispatch, so whole lanes can pass and GC collect.
                         cutoff = now(&clock).0 + 1;
                         for m in &manifests {
-                            if collected.contains(&m.id) {
-                                continue;
-                            }
                             let Some(r) = receipts.iter().find(|r| r.id == m.id).copied() else { continue };
                             for lane in LaneId::all() {
                                 for index in 0..m.chunk_counts()[lane.get() as usize] {
@@ -732,8 +765,8 @@ mod differential {
                     }
                     same(step, "gc_completed_dispatches", a, red.gc_completed_dispatches(shard, cutoff, 100).await);
                     for m in &manifests {
-                        if receipts.iter().any(|r| r.id == m.id) && mem.dispatch_progress(m.id).await.unwrap().is_none()
-                        {
+                        let begun = receipts.iter().any(|r| r.id == m.id);
+                        if begun && mem.dispatch_progress(m.id).await.unwrap().is_none() {
                             collected.insert(m.id);
                         }
                     }
@@ -797,6 +830,7 @@ mod differential {
             "advance_watermark:invalid_input",
             "gc_completed_dispatches:ok",
             "gc_completed_dispatches:collected",
+            "begin_dispatch:after_gc",
             "range_scan:groups",
             "final scan:ok",
         ] {

@@ -1,12 +1,19 @@
 //! Dispatch bookkeeping without LWT: first receipts by decreasing write timestamps, observations,
 //! chunk completions, the shard's source log, lane watermarks by increasing write timestamps, GC
 //! markers.
+//!
+//! Every dispatch row carries a *generation*: GC marks a generation collected, and a dispatch
+//! observed again afterwards starts the next generation (a first receipt whose write timestamp
+//! beats every receipt of the older ones). Observations and chunk completions are keyed by
+//! generation, so a collected generation's rows, kept until their TTL, are never read again: the
+//! store answers exactly as if they were gone.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use super::{
     db, first, first_wins_timestamp, highest_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS,
-    SOURCE_BUCKET_BITS,
+    MAX_GENERATION, SOURCE_BUCKET_BITS,
 };
 use crate::codec::{decode_manifest, encode_manifest, i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
@@ -54,66 +61,93 @@ fn parse_lane_chunks(id: &DispatchId, blob: &[u8]) -> StoreResult<LaneChunks> {
     Ok(out)
 }
 
-/// The first receipt of a dispatch as stored.
+/// The first receipt of a dispatch's current generation as stored.
 struct Head {
     canonical: u64,
     seq: MailboxSeq,
     lane_chunks: LaneChunks,
+    generation: i32,
 }
 
-type DispatchRow = (Option<Vec<u8>>, Option<i64>, Option<i64>, Option<Vec<u8>>);
+type DispatchRow = (Option<Vec<u8>>, Option<i64>, Option<i64>, Option<Vec<u8>>, Option<i32>);
+type HeadRow = (Option<i64>, Option<i64>, Option<Vec<u8>>, Option<i32>);
 
 impl ScyllaMailboxStore {
-    fn head_from(
-        id: &DispatchId,
-        canonical: Option<i64>,
-        seq: Option<i64>,
-        lanes: Option<Vec<u8>>,
-    ) -> StoreResult<Head> {
+    fn head_from(id: &DispatchId, (canonical, seq, lanes, generation): HeadRow) -> StoreResult<Head> {
         let missing = |col: &str| StoreError::CorruptEntry(format!("dispatch {} has no {col}", id.message_id));
         let canonical = i64_to_u64("canonical offset", canonical.ok_or_else(|| missing("canonical_offset"))?)?;
         let raw_seq = i64_to_u64("dispatch seq", seq.ok_or_else(|| missing("mailbox_seq"))?)?;
         let seq = MailboxSeq::from_u64(raw_seq).ok_or_else(|| missing("valid mailbox_seq"))?;
         let lane_chunks = parse_lane_chunks(id, &lanes.ok_or_else(|| missing("lane_chunks"))?)?;
-        Ok(Head { canonical, seq, lane_chunks })
+        let generation =
+            generation.filter(|g| (0..=MAX_GENERATION).contains(g)).ok_or_else(|| missing("generation"))?;
+        Ok(Head { canonical, seq, lane_chunks, generation })
     }
 
-    /// The stored manifest bytes and first receipt.
+    /// The stored manifest bytes and first receipt (of whatever generation is stored).
     async fn dispatch_row(&self, id: &DispatchId) -> StoreResult<Option<(Vec<u8>, Head)>> {
         let result = self
             .session()
             .execute_unpaged(&self.st().dispatch_select, (shard_i(id.shard), &id.message_id.0[..]))
             .await
             .map_err(db("reading a dispatch"))?;
-        let Some((manifest, canonical, seq, lanes)) = first::<DispatchRow>(result, "dispatch")? else {
+        let Some((manifest, canonical, seq, lanes, generation)) = first::<DispatchRow>(result, "dispatch")? else {
             return Ok(None);
         };
         let manifest =
             manifest.ok_or_else(|| StoreError::CorruptEntry(format!("dispatch {} has no manifest", id.message_id)))?;
-        Ok(Some((manifest, Self::head_from(id, canonical, seq, lanes)?)))
+        Ok(Some((manifest, Self::head_from(id, (canonical, seq, lanes, generation))?)))
     }
 
-    /// The first receipt without the manifest.
+    /// The first receipt without the manifest (of whatever generation is stored).
     async fn dispatch_head(&self, id: &DispatchId) -> StoreResult<Option<Head>> {
         let result = self
             .session()
             .execute_unpaged(&self.st().dispatch_head, (shard_i(id.shard), &id.message_id.0[..]))
             .await
             .map_err(db("reading a dispatch"))?;
-        first::<(Option<i64>, Option<i64>, Option<Vec<u8>>)>(result, "dispatch")?
-            .map(|(c, s, l)| Self::head_from(id, c, s, l))
-            .transpose()
+        first::<HeadRow>(result, "dispatch")?.map(|row| Self::head_from(id, row)).transpose()
     }
 
-    /// The dispatch observed at `offset` of `shard`, if any.
-    async fn source_at(&self, shard: ShardId, offset: u64) -> StoreResult<Option<Vec<u8>>> {
+    /// The highest collected generation of a dispatch, if GC collected one.
+    async fn collected_generation(&self, id: &DispatchId) -> StoreResult<Option<i32>> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().collected_select, (shard_i(id.shard), &id.message_id.0[..]))
+            .await
+            .map_err(db("reading a dispatch GC marker"))?;
+        Ok(first::<(Option<i32>,)>(result, "dispatch GC marker")?.and_then(|(g,)| g))
+    }
+
+    /// The first receipt of a dispatch's live (not collected) generation.
+    async fn live_head(&self, id: &DispatchId) -> StoreResult<Option<Head>> {
+        let Some(head) = self.dispatch_head(id).await? else { return Ok(None) };
+        let collected = self.collected_generation(id).await?;
+        Ok((collected < Some(head.generation)).then_some(head))
+    }
+
+    /// The dispatch (message id, generation) observed at `offset` of `shard`, if any.
+    async fn source_at(&self, shard: ShardId, offset: u64) -> StoreResult<Option<(Vec<u8>, i32)>> {
         let off = u64_to_i64("observed offset", offset)?;
         let result = self
             .session()
             .execute_unpaged(&self.st().source_select_one, (shard_i(shard), bucket_of(offset), off))
             .await
             .map_err(db("reading a dispatch source"))?;
-        Ok(first::<(Option<Vec<u8>>,)>(result, "dispatch source")?.map(|(m,)| m.unwrap_or_default()))
+        first::<(Option<Vec<u8>>, Option<i32>)>(result, "dispatch source")?
+            .map(|(m, g)| match (m, g) {
+                (Some(m), Some(g)) => Ok((m, g)),
+                _ => {
+                    Err(StoreError::CorruptEntry(format!("source offset {offset} of shard {} is incomplete", shard.0)))
+                }
+            })
+            .transpose()
+    }
+
+    /// Whether the source `(mid, generation)` belongs to a collected generation (forgotten).
+    async fn forgotten(&self, shard: ShardId, mid: &[u8], generation: i32) -> StoreResult<bool> {
+        let owner = Self::dispatch_id(shard, mid)?;
+        Ok(self.collected_generation(&owner).await?.is_some_and(|c| c >= generation))
     }
 
     pub(super) async fn begin(
@@ -131,23 +165,19 @@ impl ScyllaMailboxStore {
         let now = self.inner.clock.now().0;
         let id = manifest.id;
         let (shard, mid) = (shard_i(id.shard), &id.message_id.0[..]);
-        if let Some(other) = self.source_at(id.shard, observed_offset).await? {
-            // A source of a collected dispatch is forgotten (as the memory reference removes it).
-            let forgotten = match Self::dispatch_id(id.shard, &other) {
-                Ok(owner) if other != mid => {
-                    self.collected_through(&owner).await?.is_some_and(|t| t >= observed_offset)
-                }
-                _ => false,
-            };
-            if other != mid && !forgotten {
+        if let Some((other, generation)) = self.source_at(id.shard, observed_offset).await? {
+            // A source of a collected generation is forgotten (the memory reference removes it).
+            if other != mid && !self.forgotten(id.shard, &other, generation).await? {
                 return Err(StoreError::DispatchConflict(format!(
                     "offset {observed_offset} of shard {} was already observed as another dispatch",
                     id.shard.0
                 )));
             }
         }
-        let head = match self.dispatch_row(&id).await? {
-            Some((stored, head)) => {
+        let collected = self.collected_generation(&id).await?;
+        let stored = self.dispatch_row(&id).await?;
+        let head = match stored {
+            Some((stored, head)) if collected < Some(head.generation) => {
                 if stored != bytes {
                     return Err(StoreError::DispatchConflict(format!(
                         "dispatch {}/{} arrived with a different manifest",
@@ -156,9 +186,17 @@ impl ScyllaMailboxStore {
                 }
                 head
             }
-            None => {
-                // First observation as far as we can see: write the receipt at a timestamp that
-                // decreases with the offset, then read back whichever first observation won.
+            old => {
+                // No live generation: start one above everything stored or collected. The write
+                // timestamp grows with the generation and falls with the offset, so the lowest
+                // offset of the newest generation wins; read back whichever won.
+                let generation = old.map(|(_, h)| h.generation).max(collected).map_or(0, |g| g + 1);
+                if generation > MAX_GENERATION {
+                    return Err(StoreError::InvariantViolation(format!(
+                        "dispatch {} was collected {MAX_GENERATION} times",
+                        id.message_id
+                    )));
+                }
                 let lanes = lane_chunks_blob(&manifest.chunk_counts());
                 self.session()
                     .execute_unpaged(
@@ -170,8 +208,9 @@ impl ScyllaMailboxStore {
                             off,
                             u64_to_i64("mailbox seq", seq.as_u64())?,
                             &lanes,
+                            generation,
                             DISPATCH_TTL_SECS,
-                            first_wins_timestamp(off),
+                            first_wins_timestamp(generation, off),
                         ),
                     )
                     .await
@@ -191,14 +230,14 @@ impl ScyllaMailboxStore {
         };
         let ttl = DISPATCH_TTL_SECS;
         self.session()
-            .execute_unpaged(&self.st().obs_insert, (shard, mid, off, now, ttl))
+            .execute_unpaged(&self.st().obs_insert, (shard, mid, head.generation, off, now, ttl))
             .await
             .map_err(db("recording a dispatch observation"))?;
         // The observation row first (GC finds the highest observed offset there), then the
         // source row and its bucket index together.
         let bucket = bucket_of(observed_offset);
         let (source, index) = tokio::join!(
-            self.session().execute_unpaged(&self.st().source_insert, (shard, bucket, off, mid, ttl)),
+            self.session().execute_unpaged(&self.st().source_insert, (shard, bucket, off, mid, head.generation, ttl)),
             self.session().execute_unpaged(&self.st().source_bucket_insert, (shard, bucket, ttl)),
         );
         source.map_err(db("recording a dispatch source"))?;
@@ -219,18 +258,23 @@ impl ScyllaMailboxStore {
         chunk: ChunkId,
     ) -> StoreResult<usize> {
         let bytes = encode_manifest(manifest);
-        // The manifest bytes may come from the cache; the seq is always read (a small row), so a
-        // receipt that lost a first-observation race is refused as soon as the row shows it.
-        let (stored, seq) = match self.verified(&receipt.id) {
-            Some(stored) => {
-                let head = self.dispatch_head(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
-                (stored, head.seq)
-            }
+        // The receipt (a small row) and the GC marker are read per chunk, so a receipt that lost a
+        // first-observation race, or a collected dispatch, is refused as soon as the rows show
+        // it; the manifest bytes of the same generation may come from the cache.
+        let head = self.live_head(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
+        let stored = match self.verified(&receipt.id, head.generation) {
+            Some(stored) => stored,
             None => {
-                let (stored, head) = self.dispatch_row(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
-                let stored = std::sync::Arc::new(stored);
-                self.remember_verified(receipt.id, stored.clone());
-                (stored, head.seq)
+                let (stored, row) = self.dispatch_row(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
+                if row.generation != head.generation {
+                    return Err(StoreError::Unavailable {
+                        message: format!("dispatch {} changed generation while read", receipt.id.message_id),
+                        source: None,
+                    });
+                }
+                let stored = Arc::new(stored);
+                self.remember_verified(receipt.id, head.generation, stored.clone());
+                stored
             }
         };
         if *stored != bytes {
@@ -239,8 +283,9 @@ impl ScyllaMailboxStore {
                 receipt.id.message_id
             )));
         }
+        let seq = head.seq;
         if seq != receipt.seq {
-            return Err(StoreError::Conflict(format!("receipt seq {} is not the canonical {}", receipt.seq, seq)));
+            return Err(StoreError::Conflict(format!("receipt seq {} is not the canonical {seq}", receipt.seq)));
         }
         let recipients = manifest.chunk_recipients(chunk);
         if recipients.is_empty() {
@@ -254,7 +299,7 @@ impl ScyllaMailboxStore {
     }
 
     pub(super) async fn mark_chunk(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
-        let head = self.dispatch_head(&dispatch).await?.ok_or_else(|| not_begun(&dispatch))?;
+        let head = self.live_head(&dispatch).await?.ok_or_else(|| not_begun(&dispatch))?;
         if chunk.index >= head.lane_chunks[chunk.lane.get() as usize] {
             return Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)));
         }
@@ -264,6 +309,7 @@ impl ScyllaMailboxStore {
                 (
                     shard_i(dispatch.shard),
                     &dispatch.message_id.0[..],
+                    head.generation,
                     i32::from(chunk.lane.get()),
                     i64::from(chunk.index),
                     DISPATCH_TTL_SECS,
@@ -275,6 +321,7 @@ impl ScyllaMailboxStore {
     }
 
     pub(super) async fn is_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool> {
+        let Some(head) = self.live_head(&dispatch).await? else { return Ok(false) };
         let result = self
             .session()
             .execute_unpaged(
@@ -282,6 +329,7 @@ impl ScyllaMailboxStore {
                 (
                     shard_i(dispatch.shard),
                     &dispatch.message_id.0[..],
+                    head.generation,
                     i32::from(chunk.lane.get()),
                     i64::from(chunk.index),
                 ),
@@ -291,11 +339,11 @@ impl ScyllaMailboxStore {
         Ok(first::<(i64,)>(result, "dispatch chunk")?.is_some())
     }
 
-    /// `(max observed offset, last observation ms)` of a dispatch's observation rows.
-    async fn observations(&self, id: &DispatchId) -> StoreResult<(Option<u64>, Option<i64>)> {
+    /// `(max observed offset, last observation ms)` of one generation's observation rows.
+    async fn observations(&self, id: &DispatchId, generation: i32) -> StoreResult<(Option<u64>, Option<i64>)> {
         let result = self
             .session()
-            .execute_unpaged(&self.st().obs_select, (shard_i(id.shard), &id.message_id.0[..]))
+            .execute_unpaged(&self.st().obs_select, (shard_i(id.shard), &id.message_id.0[..], generation))
             .await
             .map_err(db("reading dispatch observations"))?;
         let mut max = None;
@@ -307,26 +355,13 @@ impl ScyllaMailboxStore {
         Ok((max, seen))
     }
 
-    /// The GC marker of a dispatch: observations at or below it are forgotten.
-    async fn collected_through(&self, id: &DispatchId) -> StoreResult<Option<u64>> {
-        let result = self
-            .session()
-            .execute_unpaged(&self.st().collected_select, (shard_i(id.shard), &id.message_id.0[..]))
-            .await
-            .map_err(db("reading a dispatch GC marker"))?;
-        first::<(Option<i64>,)>(result, "dispatch GC marker")?
-            .and_then(|(t,)| t)
-            .map(|t| i64_to_u64("GC marker", t))
-            .transpose()
-    }
-
     /// Completed chunks of one lane (distinct indexes below the lane's chunk count).
-    async fn lane_done(&self, id: &DispatchId, lane: LaneId, need: u32) -> StoreResult<u32> {
+    async fn lane_done(&self, id: &DispatchId, generation: i32, lane: LaneId, need: u32) -> StoreResult<u32> {
         let result = self
             .session()
             .execute_unpaged(
                 &self.st().chunk_select_lane,
-                (shard_i(id.shard), &id.message_id.0[..], i32::from(lane.get())),
+                (shard_i(id.shard), &id.message_id.0[..], generation, i32::from(lane.get())),
             )
             .await
             .map_err(db("reading lane completion"))?;
@@ -342,6 +377,9 @@ impl ScyllaMailboxStore {
         let Some((bytes, head)) = self.dispatch_row(&dispatch).await? else {
             return Ok(None);
         };
+        if self.collected_generation(&dispatch).await? >= Some(head.generation) {
+            return Ok(None);
+        }
         let manifest = decode_manifest(&bytes)?;
         if manifest.id != dispatch {
             return Err(StoreError::CorruptEntry(format!(
@@ -356,14 +394,14 @@ impl ScyllaMailboxStore {
                 dispatch.message_id
             )));
         }
-        let (max_obs, _) = self.observations(&dispatch).await?;
+        let (max_obs, _) = self.observations(&dispatch, head.generation).await?;
         let max_observed_offset = max_obs.map_or(head.canonical, |m| m.max(head.canonical));
-        if self.collected_through(&dispatch).await?.is_some_and(|t| t >= max_observed_offset) {
-            return Ok(None);
-        }
         let result = self
             .session()
-            .execute_unpaged(&self.st().chunk_select_all, (shard_i(dispatch.shard), &dispatch.message_id.0[..]))
+            .execute_unpaged(
+                &self.st().chunk_select_all,
+                (shard_i(dispatch.shard), &dispatch.message_id.0[..], head.generation),
+            )
             .await
             .map_err(db("reading dispatch chunks"))?;
         let mut completed = Vec::new();
@@ -408,15 +446,15 @@ impl ScyllaMailboxStore {
         Ok(LaneWatermark { shard, lane, through })
     }
 
-    /// Every source `(offset, dispatch message id)` of `shard` with `after < offset <= through`
-    /// (`after = None`: from the start), ascending, at most `cap`.
+    /// Every source `(offset, dispatch message id, generation)` of `shard` with
+    /// `after < offset <= through` (`after = None`: from the start), ascending, at most `cap`.
     async fn sources(
         &self,
         shard: ShardId,
         after: Option<u64>,
         through: u64,
         cap: usize,
-    ) -> StoreResult<Vec<(u64, Vec<u8>)>> {
+    ) -> StoreResult<Vec<(u64, Vec<u8>, i32)>> {
         let upper = u64_to_i64("offset", through)?;
         let from_bucket = after.map_or(0, bucket_of);
         let result = self
@@ -440,13 +478,17 @@ impl ScyllaMailboxStore {
                     )
                     .await
                     .map_err(db("reading dispatch sources"))?;
-                let page = rows::<(i64, Option<Vec<u8>>)>(result, "dispatch source")?;
+                let page = rows::<(i64, Option<Vec<u8>>, Option<i32>)>(result, "dispatch source")?;
                 let n = page.len();
-                for (offset, mid) in page {
+                for (offset, mid, generation) in page {
                     lower = offset;
-                    let mid = mid
-                        .ok_or_else(|| StoreError::CorruptEntry(format!("source offset {offset} names no dispatch")))?;
-                    out.push((i64_to_u64("offset", offset)?, mid));
+                    let (Some(mid), Some(generation)) = (mid, generation) else {
+                        return Err(StoreError::CorruptEntry(format!(
+                            "source offset {offset} of shard {} is incomplete",
+                            shard.0
+                        )));
+                    };
+                    out.push((i64_to_u64("offset", offset)?, mid, generation));
                     if out.len() >= cap {
                         return Ok(out);
                     }
@@ -471,31 +513,42 @@ impl ScyllaMailboxStore {
         if current.through.is_some_and(|w| through <= w) {
             return Ok(current);
         }
-        if self.source_at(shard, through).await?.is_none() {
+        let observed = match self.source_at(shard, through).await? {
+            Some((mid, generation)) => !self.forgotten(shard, &mid, generation).await?,
+            None => false,
+        };
+        if !observed {
             return Err(StoreError::InvalidInput(format!(
                 "no dispatch was observed at offset {through} of shard {}",
                 shard.0
             )));
         }
-        let mut complete: HashMap<Vec<u8>, bool> = HashMap::new();
-        for (offset, mid) in self.sources(shard, current.through, through, usize::MAX).await? {
-            let ok = match complete.get(&mid) {
-                Some(ok) => *ok,
+        // Per (dispatch, generation): `None` when forgotten, else whether the lane is complete.
+        let mut known: HashMap<(Vec<u8>, i32), Option<bool>> = HashMap::new();
+        for (offset, mid, generation) in self.sources(shard, current.through, through, usize::MAX).await? {
+            let key = (mid, generation);
+            let state = match known.get(&key) {
+                Some(state) => *state,
                 None => {
-                    let id = Self::dispatch_id(shard, &mid)?;
-                    let head = self.dispatch_head(&id).await?.ok_or_else(|| {
-                        StoreError::CorruptEntry(format!(
-                            "source offset {offset} of shard {} names dispatch {} which is gone",
-                            shard.0, id.message_id
-                        ))
-                    })?;
-                    let need = head.lane_chunks[lane.get() as usize];
-                    let ok = need == 0 || self.lane_done(&id, lane, need).await? >= need;
-                    complete.insert(mid, ok);
-                    ok
+                    let id = Self::dispatch_id(shard, &key.0)?;
+                    let state = if self.forgotten(shard, &key.0, generation).await? {
+                        None
+                    } else {
+                        let head =
+                            self.dispatch_head(&id).await?.filter(|h| h.generation == generation).ok_or_else(|| {
+                                StoreError::CorruptEntry(format!(
+                                    "source offset {offset} of shard {} names dispatch {} which is gone",
+                                    shard.0, id.message_id
+                                ))
+                            })?;
+                        let need = head.lane_chunks[lane.get() as usize];
+                        Some(need == 0 || self.lane_done(&id, generation, lane, need).await? >= need)
+                    };
+                    known.insert(key, state);
+                    state
                 }
             };
-            if !ok {
+            if state == Some(false) {
                 return Err(StoreError::Conflict(format!(
                     "lane {} of shard {} is incomplete at offset {offset}",
                     lane.get(),
@@ -539,25 +592,22 @@ impl ScyllaMailboxStore {
         };
         let mut seen = BTreeSet::new();
         let mut collected = 0usize;
-        for (_, mid) in self.sources(shard, None, floor, GC_SCAN_CAP).await? {
+        for (_, mid, _) in self.sources(shard, None, floor, GC_SCAN_CAP).await? {
             if !seen.insert(mid.clone()) {
                 continue;
             }
             let id = Self::dispatch_id(shard, &mid)?;
-            let Some(head) = self.dispatch_head(&id).await? else { continue };
-            let (max_obs, last_seen) = self.observations(&id).await?;
+            let Some(head) = self.live_head(&id).await? else { continue };
+            let (max_obs, last_seen) = self.observations(&id, head.generation).await?;
             let max_observed = max_obs.map_or(head.canonical, |m| m.max(head.canonical));
-            if self.collected_through(&id).await?.is_some_and(|t| t >= max_observed) {
-                continue;
-            }
             if max_observed > floor || last_seen.is_none_or(|s| s >= seen_before_millis) {
                 continue;
             }
-            let m = u64_to_i64("GC marker", max_observed)?;
+            let g = head.generation;
             self.session()
                 .execute_unpaged(
                     &self.st().collected_insert,
-                    (shard_i(shard), &mid, m, DISPATCH_TTL_SECS, highest_wins_timestamp(m)),
+                    (shard_i(shard), &mid, g, DISPATCH_TTL_SECS, highest_wins_timestamp(i64::from(g))),
                 )
                 .await
                 .map_err(db("writing a dispatch GC marker"))?;

@@ -28,9 +28,9 @@
 //!   before the ledger registration and before the entry, `USING TIMESTAMP` [`highest_wins_timestamp`]`(seq)` so the highest
 //!   seq written into the day wins without a read or a condition; `TTL` = time left until the
 //!   day's expiry plus [`PROOF_TTL_SLACK_SECS`], so it outlives its entries and its ledger item
-//!   can be inspected after the expiry. A ledger item whose expiry passed needs its proof: a
-//!   missing proof is `CorruptEntry` (fail closed; this also happens for a user idle for longer
-//!   than the proof slack — a known limit).
+//!   can be inspected after the expiry. A ledger item whose expiry passed needs its proof (a
+//!   missing one is `CorruptEntry`) until the proof's own TTL has run out; then the ledger item,
+//!   into which each registration LWT folds the live days' proofs, stands in for it.
 //! - `mailbox_floor → (trim, gap)`: two independent cells, each written with the seq's
 //!   [`highest_wins_timestamp`]:
 //!   the trim (from `truncate_before`) and the expired-gap boundary (from replays of expired
@@ -44,19 +44,24 @@
 //!
 //! Per dispatch (partition `(shard, message_id)`), all with a fixed TTL written at insert
 //! ([`DISPATCH_TTL_SECS`]; never `UPDATE … USING TTL`):
-//! - `mailbox_dispatch → (manifest, canonical_offset, mailbox_seq, lane_chunks)`: the first
-//!   receipt, written `USING TIMESTAMP` [`first_wins_timestamp`]`(offset)` `= -offset`. The timestamp *decreases* with
-//!   the observed offset, so the lowest offset's write has the highest timestamp and wins however
-//!   the writes interleave; every writer reads the row back and returns what won. A different
-//!   manifest (canonical bytes compared) is `DispatchConflict` and writes nothing else.
-//! - `mailbox_dispatch_observation (.., observed_offset) → observed_at`: every observation
-//!   (max observed offset, last seen time for GC).
-//! - `mailbox_dispatch_chunk (.., lane, chunk_index)`: durable chunk completions.
-//! - `mailbox_dispatch_collected → through_offset`: a GC marker (written `USING TIMESTAMP
-//!   <offset>` through [`highest_wins_timestamp`]); progress whose observations are all at or below it is `None`.
+//! - `mailbox_dispatch → (manifest, canonical_offset, mailbox_seq, lane_chunks, generation)`:
+//!   the first receipt of the dispatch's newest generation, written `USING TIMESTAMP`
+//!   [`first_wins_timestamp`]`(generation, offset)`. Within a generation the timestamp
+//!   *decreases* with the observed offset, so the lowest offset's write wins however the writes
+//!   interleave; every writer reads the row back and returns what won. A different manifest
+//!   (canonical bytes compared) is `DispatchConflict` and writes nothing else.
+//! - `mailbox_dispatch_observation (.., generation, observed_offset) → observed_at`: every
+//!   observation (max observed offset, last seen time for GC).
+//! - `mailbox_dispatch_chunk (.., generation, lane, chunk_index)`: durable chunk completions.
+//! - `mailbox_dispatch_collected → generation`: the GC marker, written with the generation's
+//!   [`highest_wins_timestamp`]. Every generation up to it is forgotten: progress is `None`,
+//!   chunks are `NotFound`, its sources no longer count. Observing the dispatch again starts
+//!   the next generation, whose receipt timestamps beat the older ones, and whose observations
+//!   and chunks are separate rows: the store answers as if the old rows were gone (as the memory
+//!   reference does), while they wait for their TTL (no deletes).
 //!
 //! Per shard:
-//! - `mailbox_dispatch_source ((shard, bucket), observed_offset) → message_id` with
+//! - `mailbox_dispatch_source ((shard, bucket), observed_offset) → (message_id, generation)` with
 //!   `bucket = offset >> 20`, and `mailbox_source_bucket ((shard), bucket)` listing the
 //!   buckets: the shard log as observed, so a watermark can check every source it passes.
 //! - `mailbox_lane_watermark ((shard), lane) → through`, written with the offset's
@@ -71,8 +76,8 @@
 //! # Why each guarantee holds
 //!
 //! - *Duplicates reuse the first receipt*: `begin_dispatch` writes the receipt only when it reads
-//!   none, and always answers with the row it reads back; the row's cells are identical for one
-//!   offset, and between offsets the lowest wins (decreasing timestamps).
+//!   no live one, and always answers with the row it reads back; the row's cells are identical
+//!   for one offset, and between offsets the lowest wins (decreasing timestamps).
 //! - *Replays write identical rows*: every row is a pure function of its key and the canonical
 //!   manifest / group bytes (observation rows also carry the injected time of the observation).
 //! - *No regression by stale writers*: trim, gap, bucket proofs, watermarks and GC markers are
@@ -91,12 +96,11 @@
 //!   wins; the loser's later chunks fail (`Conflict`, the receipt seq is re-read per chunk) but chunks it
 //!   already wrote stay at its seq. Closing that window needs an LWT per dispatch, which DESIGN.md
 //!   rules out on the hot path.
-//! - After GC, the dispatch rows stay until their TTL: a replay of a collected dispatch gets its
-//!   old first receipt (the memory reference would start afresh), and its progress stays `None`
-//!   until it is observed above the GC marker.
-//! - A ledger day inspected more than [`PROOF_TTL_SLACK_SECS`] after its expiry finds no proof
-//!   and fails closed (`CorruptEntry`); a writer or reader touching the user within that time
-//!   consumes (writer) or does not need to consume (reader) it.
+//! - A bucket proof lives [`PROOF_TTL_SLACK_SECS`] past its day's expiry. Every registration LWT
+//!   folds the live days' proofs into their ledger items, and once a proof is gone by TTL the
+//!   ledger item stands in for it; so a day written again *after* the user's last registration
+//!   (a late replay into an old day) and then left alone past the slack yields a boundary below
+//!   that late seq. Within the slack a missing proof is `CorruptEntry` (fail closed).
 //! - `gc_completed_dispatches` scans the shard's sources from its first live bucket (at most
 //!   100 000 per call); sources and dispatch rows expire [`DISPATCH_TTL_SECS`] after they were
 //!   written, so a duplicate observed almost that long after its first observation can outlive
@@ -152,10 +156,14 @@ pub const fn highest_wins_timestamp(value: i64) -> i64 {
     value + i64::MIN + 1
 }
 
-/// The write timestamp of the first-receipt row observed at `offset` (`>= 0`): `-offset`, so
-/// lower offsets get higher timestamps and win, and every timestamp lies in the past.
-pub const fn first_wins_timestamp(offset: i64) -> i64 {
-    -offset
+/// Most generations one dispatch id can go through (collected, then observed again).
+pub const MAX_GENERATION: i32 = (1 << 14) - 1;
+
+/// The write timestamp of the first-receipt row of `generation` (`0..=MAX_GENERATION`) observed
+/// at `offset` (`0..2^47`): `generation * 2^48 - 2^62 - offset`. A newer generation beats every
+/// older one, within a generation the lower offset wins, and every timestamp lies in the past.
+pub const fn first_wins_timestamp(generation: i32, offset: i64) -> i64 {
+    ((generation as i64) << 48) - (1 << 62) - offset
 }
 
 /// Offsets per source bucket (`bucket = offset >> SOURCE_BUCKET_BITS`).
@@ -183,6 +191,7 @@ struct Inner {
 #[derive(Clone)]
 struct Verified {
     at: Instant,
+    generation: i32,
     manifest: Arc<Vec<u8>>,
 }
 
@@ -244,18 +253,18 @@ impl ScyllaMailboxStore {
         &self.inner.keyspace
     }
 
-    /// The stored manifest bytes of a dispatch read less than [`VERIFIED_FOR`] ago.
-    fn verified(&self, id: &DispatchId) -> Option<Arc<Vec<u8>>> {
+    /// The stored manifest bytes of a dispatch's `generation` read less than [`VERIFIED_FOR`] ago.
+    fn verified(&self, id: &DispatchId, generation: i32) -> Option<Arc<Vec<u8>>> {
         let map = self.inner.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.get(id).filter(|v| v.at.elapsed() < VERIFIED_FOR).map(|v| v.manifest.clone())
+        map.get(id).filter(|v| v.generation == generation && v.at.elapsed() < VERIFIED_FOR).map(|v| v.manifest.clone())
     }
 
-    fn remember_verified(&self, id: DispatchId, manifest: Arc<Vec<u8>>) {
+    fn remember_verified(&self, id: DispatchId, generation: i32, manifest: Arc<Vec<u8>>) {
         let mut map = self.inner.verified.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if map.len() >= VERIFIED_CAP {
             map.clear();
         }
-        map.insert(id, Verified { at: Instant::now(), manifest });
+        map.insert(id, Verified { at: Instant::now(), generation, manifest });
     }
 
     fn session(&self) -> &Session {
@@ -402,9 +411,11 @@ mod tests {
 
     #[test]
     fn write_timestamps_order_values_and_stay_in_the_past() {
-        assert!(first_wins_timestamp(10) > first_wins_timestamp(15), "the lower offset wins");
-        assert_eq!(first_wins_timestamp(0), 0);
-        assert!(first_wins_timestamp(i64::MAX) > i64::MIN);
+        let max_offset = (1i64 << 47) - 1;
+        assert!(first_wins_timestamp(0, 10) > first_wins_timestamp(0, 15), "the lower offset wins");
+        assert!(first_wins_timestamp(1, max_offset) > first_wins_timestamp(0, 0), "a newer generation wins");
+        assert!(first_wins_timestamp(0, max_offset) > i64::MIN);
+        assert!(first_wins_timestamp(MAX_GENERATION, 0) <= 0, "never in the future");
         assert!(highest_wins_timestamp(15) > highest_wins_timestamp(10), "the higher value wins");
         assert_eq!(highest_wins_timestamp(0), i64::MIN + 1, "never the reserved i64::MIN");
         assert_eq!(highest_wins_timestamp(i64::MAX), 0, "never in the future");

@@ -33,32 +33,33 @@ pub const MAILBOX_TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_floor (\
         tenant_id blob, user_id blob, trim bigint, gap bigint, \
         PRIMARY KEY ((tenant_id, user_id)))",
-    // The first receipt of a dispatch. Write timestamp decreases with the observed offset, so
-    // the lowest (first) observation wins whatever the arrival order.
+    // The first receipt of a dispatch's newest generation. The write timestamp grows with the
+    // generation and falls with the observed offset, so the lowest (first) observation of the
+    // newest generation wins whatever the arrival order.
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_dispatch (\
         shard int, message_id blob, manifest blob, canonical_offset bigint, mailbox_seq bigint, \
-        lane_chunks blob, \
+        lane_chunks blob, generation int, \
         PRIMARY KEY ((shard, message_id)))",
     // Every offset a dispatch was observed at (replays rewrite identical rows).
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_dispatch_observation (\
-        shard int, message_id blob, observed_offset bigint, observed_at bigint, \
-        PRIMARY KEY ((shard, message_id), observed_offset))",
+        shard int, message_id blob, generation int, observed_offset bigint, observed_at bigint, \
+        PRIMARY KEY ((shard, message_id), generation, observed_offset))",
     // Durable chunk completions.
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_dispatch_chunk (\
-        shard int, message_id blob, lane int, chunk_index bigint, \
-        PRIMARY KEY ((shard, message_id), lane, chunk_index))",
+        shard int, message_id blob, generation int, lane int, chunk_index bigint, \
+        PRIMARY KEY ((shard, message_id), generation, lane, chunk_index))",
     // The shard log: which dispatch was observed at each offset, partitioned by offset bucket.
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_dispatch_source (\
-        shard int, bucket bigint, observed_offset bigint, message_id blob, \
+        shard int, bucket bigint, observed_offset bigint, message_id blob, generation int, \
         PRIMARY KEY ((shard, bucket), observed_offset)) \
         WITH CLUSTERING ORDER BY (observed_offset ASC)",
     // Which source buckets of a shard hold observations.
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_source_bucket (\
         shard int, bucket bigint, \
         PRIMARY KEY ((shard), bucket))",
-    // GC markers: observations of the dispatch at or below `through_offset` are forgotten.
+    // GC markers: every generation of the dispatch up to this one is forgotten.
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_dispatch_collected (\
-        shard int, message_id blob, through_offset bigint, \
+        shard int, message_id blob, generation int, \
         PRIMARY KEY ((shard, message_id)))",
     // Lane watermarks; the offset is the write timestamp, so the highest offset wins.
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_lane_watermark (\

@@ -100,42 +100,47 @@ impl Statements {
             floor_gap: p("UPDATE {ks}.mailbox_floor USING TIMESTAMP ? SET gap = ? WHERE tenant_id = ? AND user_id = ?")
                 .await?,
             dispatch_select: p(
-                "SELECT manifest, canonical_offset, mailbox_seq, lane_chunks FROM {ks}.mailbox_dispatch \
+                "SELECT manifest, canonical_offset, mailbox_seq, lane_chunks, generation FROM {ks}.mailbox_dispatch \
                 WHERE shard = ? AND message_id = ?",
             )
             .await?,
-            dispatch_head: p("SELECT canonical_offset, mailbox_seq, lane_chunks FROM {ks}.mailbox_dispatch \
-                WHERE shard = ? AND message_id = ?")
+            dispatch_head: p(
+                "SELECT canonical_offset, mailbox_seq, lane_chunks, generation FROM {ks}.mailbox_dispatch \
+                WHERE shard = ? AND message_id = ?",
+            )
             .await?,
             dispatch_insert: p("INSERT INTO {ks}.mailbox_dispatch \
-                (shard, message_id, manifest, canonical_offset, mailbox_seq, lane_chunks) VALUES (?, ?, ?, ?, ?, ?) \
+                (shard, message_id, manifest, canonical_offset, mailbox_seq, lane_chunks, generation) \
+                VALUES (?, ?, ?, ?, ?, ?, ?) \
                 USING TTL ? AND TIMESTAMP ?")
             .await?,
             obs_insert: p("INSERT INTO {ks}.mailbox_dispatch_observation \
-                (shard, message_id, observed_offset, observed_at) VALUES (?, ?, ?, ?) USING TTL ?")
+                (shard, message_id, generation, observed_offset, observed_at) VALUES (?, ?, ?, ?, ?) USING TTL ?")
             .await?,
             obs_select: p("SELECT observed_offset, observed_at FROM {ks}.mailbox_dispatch_observation \
-                WHERE shard = ? AND message_id = ?")
+                WHERE shard = ? AND message_id = ? AND generation = ?")
             .await?,
-            chunk_insert: p("INSERT INTO {ks}.mailbox_dispatch_chunk (shard, message_id, lane, chunk_index) \
-                VALUES (?, ?, ?, ?) USING TTL ?")
+            chunk_insert: p(
+                "INSERT INTO {ks}.mailbox_dispatch_chunk (shard, message_id, generation, lane, chunk_index) \
+                VALUES (?, ?, ?, ?, ?) USING TTL ?",
+            )
             .await?,
             chunk_select_one: p("SELECT chunk_index FROM {ks}.mailbox_dispatch_chunk \
-                WHERE shard = ? AND message_id = ? AND lane = ? AND chunk_index = ?")
+                WHERE shard = ? AND message_id = ? AND generation = ? AND lane = ? AND chunk_index = ?")
             .await?,
             chunk_select_lane: p("SELECT chunk_index FROM {ks}.mailbox_dispatch_chunk \
-                WHERE shard = ? AND message_id = ? AND lane = ?")
+                WHERE shard = ? AND message_id = ? AND generation = ? AND lane = ?")
             .await?,
             chunk_select_all: p("SELECT lane, chunk_index FROM {ks}.mailbox_dispatch_chunk \
-                WHERE shard = ? AND message_id = ?")
+                WHERE shard = ? AND message_id = ? AND generation = ?")
             .await?,
-            source_insert: p("INSERT INTO {ks}.mailbox_dispatch_source (shard, bucket, observed_offset, message_id) \
-                VALUES (?, ?, ?, ?) USING TTL ?")
+            source_insert: p("INSERT INTO {ks}.mailbox_dispatch_source \
+                (shard, bucket, observed_offset, message_id, generation) VALUES (?, ?, ?, ?, ?) USING TTL ?")
             .await?,
-            source_select_one: p("SELECT message_id FROM {ks}.mailbox_dispatch_source \
+            source_select_one: p("SELECT message_id, generation FROM {ks}.mailbox_dispatch_source \
                 WHERE shard = ? AND bucket = ? AND observed_offset = ?")
             .await?,
-            source_range: p("SELECT observed_offset, message_id FROM {ks}.mailbox_dispatch_source \
+            source_range: p("SELECT observed_offset, message_id, generation FROM {ks}.mailbox_dispatch_source \
                 WHERE shard = ? AND bucket = ? AND observed_offset > ? AND observed_offset <= ? LIMIT ?")
             .await?,
             source_bucket_insert: p("INSERT INTO {ks}.mailbox_source_bucket (shard, bucket) VALUES (?, ?) USING TTL ?")
@@ -143,10 +148,10 @@ impl Statements {
             source_bucket_range: p("SELECT bucket FROM {ks}.mailbox_source_bucket \
                 WHERE shard = ? AND bucket >= ? AND bucket <= ?")
             .await?,
-            collected_insert: p("INSERT INTO {ks}.mailbox_dispatch_collected (shard, message_id, through_offset) \
+            collected_insert: p("INSERT INTO {ks}.mailbox_dispatch_collected (shard, message_id, generation) \
                 VALUES (?, ?, ?) USING TTL ? AND TIMESTAMP ?")
             .await?,
-            collected_select: p("SELECT through_offset FROM {ks}.mailbox_dispatch_collected \
+            collected_select: p("SELECT generation FROM {ks}.mailbox_dispatch_collected \
                 WHERE shard = ? AND message_id = ?")
             .await?,
             wm_select_lane: p("SELECT through FROM {ks}.mailbox_lane_watermark WHERE shard = ? AND lane = ?").await?,

@@ -16,6 +16,9 @@ const FORMAT_VERSION: i32 = 4;
 const MAX_ATTEMPTS: usize = 32;
 /// Rows fetched per `range_scan` query.
 const SCAN_BATCH: usize = 256;
+/// After this long past its day's expiry (on the injected clock) a missing bucket proof is taken
+/// as expired by its TTL rather than lost: the proof slack less a day for clock skew.
+const PROOF_GONE_AFTER_MILLIS: i64 = (PROOF_TTL_SLACK_SECS - 86_400) * 1000;
 /// Most per-user reads or commits of one batch in flight.
 const MAX_IN_FLIGHT: usize = 32;
 /// The longest TTL CQL accepts (20 years).
@@ -198,14 +201,20 @@ impl ScyllaMailboxStore {
     ) -> StoreResult<Option<MailboxSeq>> {
         let mut boundary = None;
         for item in ledger.items().iter().filter(|i| i.expiry <= now) {
-            let proof = self.proof_max(tenant, user, item.day).await?.ok_or_else(|| {
-                StoreError::CorruptEntry(format!(
-                    "ledger of {user} lists expiry day {} but its bucket proof is missing",
-                    item.day
-                ))
-            })?;
             let listed = MailboxSeq::from_u64(item.max_seq)
                 .ok_or_else(|| StoreError::CorruptEntry("ledger max_seq has bit 63 set".into()))?;
+            let proof = match self.proof_max(tenant, user, item.day).await? {
+                Some(proof) => proof,
+                // The proof outlived the day by its slack and is gone by TTL: the ledger item,
+                // folded from the proof at the user's last registration, is what remains.
+                None if item.expiry.0.saturating_add(PROOF_GONE_AFTER_MILLIS) <= now.0 => listed,
+                None => {
+                    return Err(StoreError::CorruptEntry(format!(
+                        "ledger of {user} lists expiry day {} but its bucket proof is missing",
+                        item.day
+                    )))
+                }
+            };
             boundary = boundary.max(Some(proof.max(listed)));
         }
         Ok(boundary)
@@ -352,6 +361,14 @@ impl ScyllaMailboxStore {
             if let Some(gap) = self.expired_boundary(tenant, user, &ledger, now).await? {
                 self.raise_gap(tenant, user, gap).await?;
                 ledger.take_expired(now);
+            }
+            // Fold the live days' proofs into their ledger items, so the ledger itself knows each
+            // day's highest seq (up to writes after this LWT) once the proof's TTL has run out.
+            let live: Vec<_> = ledger.items().to_vec();
+            for item in live {
+                if let Some(proof) = self.proof_max(tenant, user, item.day).await? {
+                    ledger.register(proof.as_u64(), item.expiry).map_err(StoreError::InvariantViolation)?;
+                }
             }
             for (_, (seq, expiry)) in missing {
                 ledger.register(seq.as_u64(), *expiry).map_err(StoreError::InvariantViolation)?;
