@@ -22,11 +22,13 @@
 //!   [`RetentionLedger`](crate::codec::RetentionLedger) of live expiry days. Changed only by LWT
 //!   (`INSERT IF NOT EXISTS` / `UPDATE IF ledger_generation = ?`), and only when a batch brings a
 //!   day the ledger does not list yet; the same LWT drops the days that expired (after their
-//!   proofs were merged into the gap). A ledger item's `max_seq` is the seq that registered the
-//!   day, a lower bound only; the real one is in the bucket proof.
+//!   proofs were merged into the gap) and folds the live days' proofs into their items. A
+//!   ledger item's `max_seq` is therefore a lower bound (exact as of the user's last
+//!   registration); the current one is in the bucket proof.
 //! - `mailbox_retention_bucket_v2 (.., expiry_day, epoch) → max_seq`: the bucket proof, written
-//!   before the ledger registration and before the entry, `USING TIMESTAMP` [`highest_wins_timestamp`]`(seq)` so the highest
-//!   seq written into the day wins without a read or a condition; `TTL` = time left until the
+//!   before the ledger registration and before the entry, `USING TIMESTAMP`
+//!   [`highest_wins_timestamp`]`(seq)`, so the highest seq written into the day wins without a
+//!   read or a condition; `TTL` = time left until the
 //!   day's expiry plus [`PROOF_TTL_SLACK_SECS`], so it outlives its entries and its ledger item
 //!   can be inspected after the expiry. A ledger item whose expiry passed needs its proof (a
 //!   missing one is `CorruptEntry`) until the proof's own TTL has run out; then the ledger item,
