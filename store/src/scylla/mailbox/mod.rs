@@ -107,6 +107,10 @@
 //!   100 000 per call); sources and dispatch rows expire [`DISPATCH_TTL_SECS`] after they were
 //!   written, so a duplicate observed almost that long after its first observation can outlive
 //!   its receipt row (`CorruptEntry` if a watermark still has to pass it).
+//! - GC is not atomic with `begin_dispatch`: a duplicate observed while GC marks its dispatch's
+//!   generation collected is forgotten with it, so `advance_watermark` to that offset is
+//!   `InvalidInput` until the observation is repeated (which starts the next generation). GC's
+//!   `seen_before` cut-off makes this need a duplicate of a long-quiet dispatch.
 //! - Watermarks are keyed by `(shard, lane)` as the trait is: a shard log restarting its offsets
 //!   (a new epoch) can not move them below their old high point.
 //! - Every client write timestamp lies at or before 1970, so a row deleted with a server
