@@ -28,6 +28,7 @@ use scylla::statement::{Consistency, Statement};
 
 use super::config::ScyllaConfig;
 use super::cql::{corrupt, unavailable};
+use super::mailbox::{mailbox_table_ddl, mailbox_table_names};
 use super::schema::{
     check_dc, check_replication, check_vnodes, create_keyspace, create_tables, detect_flavour, Flavour, TABLES,
 };
@@ -164,7 +165,7 @@ pub async fn migrate(session: &Session, config: &ScyllaConfig) -> StoreResult<()
             }
         }
     }
-    for stmt in create_tables(ks) {
+    for stmt in create_tables(ks).into_iter().chain(mailbox_table_ddl(ks)) {
         ddl(session, stmt).await?;
     }
     await_agreement(session).await?;
@@ -184,7 +185,7 @@ async fn await_agreement(session: &Session) -> StoreResult<()> {
 }
 
 /// Re-reads the schema: the keyspace exists with the configured replication (and, on Scylla,
-/// vnodes) and every table of [`TABLES`] exists. `Unavailable` only when the cluster can not be
+/// vnodes) and every table of [`TABLES`] and of the mailbox exists. `Unavailable` only when the cluster can not be
 /// asked.
 pub async fn readiness(session: &Session, config: &ScyllaConfig) -> StoreResult<Readiness> {
     if let Some(problem) = dc_problem(session, config) {
@@ -206,7 +207,7 @@ pub async fn readiness(session: &Session, config: &ScyllaConfig) -> StoreResult<
                 &[&config.keyspace],
             )
             .await?;
-            for table in TABLES {
+            for table in TABLES.into_iter().chain(mailbox_table_names()) {
                 if !tables.iter().any(|t| t == table) {
                     problems.push(format!("table {}.{table} does not exist (run the migration)", config.keyspace));
                 }

@@ -5,14 +5,18 @@
 //! - [`migrate()`] / [`readiness()`]: the explicit migration and the schema re-check.
 //! - [`ScyllaMessageStore`]: `MessageStore` per seed 000 (LWT only for first facts and ordered
 //!   state transitions, LOCAL_QUORUM for everything else).
+//! - [`ScyllaMailboxStore`]: `MailboxStore` per DESIGN.md's dispatch departure (no LWT on the
+//!   dispatch path; monotonic state through value-derived write timestamps).
 
 pub mod config;
 mod cql;
+pub mod mailbox;
 mod message;
 mod migrate;
 pub mod schema;
 
 pub use config::{ScyllaConfig, ScyllaConfigError};
 pub use cql::open_session;
+pub use mailbox::ScyllaMailboxStore;
 pub use message::ScyllaMessageStore;
 pub use migrate::{migrate, read_flavour, readiness, Readiness};

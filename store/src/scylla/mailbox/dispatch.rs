@@ -1,0 +1,621 @@
+//! Dispatch bookkeeping without LWT: first receipts by decreasing write timestamps, observations,
+//! chunk completions, the shard's source log, lane watermarks by increasing write timestamps, GC
+//! markers.
+//!
+//! Every dispatch row carries a *generation*: GC marks a generation collected, and a dispatch
+//! observed again afterwards starts the next generation (a first receipt whose write timestamp
+//! beats every receipt of the older ones). Observations and chunk completions are keyed by
+//! generation, so a collected generation's rows, kept until their TTL, are never read again: the
+//! store answers exactly as if they were gone.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use super::{
+    db, first, first_wins_timestamp, highest_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS,
+    MAX_GENERATION, SOURCE_BUCKET_BITS,
+};
+use crate::codec::{decode_manifest, encode_manifest, i64_to_u64, u64_to_i64};
+use crate::error::{StoreError, StoreResult};
+use crate::mailbox::{
+    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
+    MailboxSeq, ShardEpoch, ShardId, LANES,
+};
+
+/// Source rows read per query.
+const SOURCE_PAGE: usize = 1_000;
+/// Most sources one `gc_completed_dispatches` call inspects.
+const GC_SCAN_CAP: usize = 100_000;
+
+type LaneChunks = [u32; LANES as usize];
+
+fn not_begun(id: &DispatchId) -> StoreError {
+    StoreError::NotFound(format!("dispatch {}/{} was never begun", id.message_id, id.shard.0))
+}
+
+fn shard_i(shard: ShardId) -> i32 {
+    i32::from(shard.0)
+}
+
+fn bucket_of(offset: u64) -> i64 {
+    // Offsets are below 2^63 (checked by `u64_to_i64` before use), so the bucket fits.
+    (offset >> SOURCE_BUCKET_BITS) as i64
+}
+
+fn lane_chunks_blob(counts: &LaneChunks) -> Vec<u8> {
+    counts.iter().flat_map(|c| c.to_be_bytes()).collect()
+}
+
+fn parse_lane_chunks(id: &DispatchId, blob: &[u8]) -> StoreResult<LaneChunks> {
+    if blob.len() != 4 * LANES as usize {
+        return Err(StoreError::CorruptEntry(format!(
+            "dispatch {} holds {} bytes of lane chunk counts",
+            id.message_id,
+            blob.len()
+        )));
+    }
+    let mut out = [0u32; LANES as usize];
+    for (slot, raw) in out.iter_mut().zip(blob.chunks_exact(4)) {
+        *slot = u32::from_be_bytes(raw.try_into().expect("4-byte chunk"));
+    }
+    Ok(out)
+}
+
+/// The first receipt of a dispatch's current generation as stored.
+struct Head {
+    canonical: u64,
+    seq: MailboxSeq,
+    lane_chunks: LaneChunks,
+    generation: i32,
+}
+
+type DispatchRow = (Option<Vec<u8>>, Option<i64>, Option<i64>, Option<Vec<u8>>, Option<i32>);
+type HeadRow = (Option<i64>, Option<i64>, Option<Vec<u8>>, Option<i32>);
+
+impl ScyllaMailboxStore {
+    fn head_from(id: &DispatchId, (canonical, seq, lanes, generation): HeadRow) -> StoreResult<Head> {
+        let missing = |col: &str| StoreError::CorruptEntry(format!("dispatch {} has no {col}", id.message_id));
+        let canonical = i64_to_u64("canonical offset", canonical.ok_or_else(|| missing("canonical_offset"))?)?;
+        let raw_seq = i64_to_u64("dispatch seq", seq.ok_or_else(|| missing("mailbox_seq"))?)?;
+        let seq = MailboxSeq::from_u64(raw_seq).ok_or_else(|| missing("valid mailbox_seq"))?;
+        let lane_chunks = parse_lane_chunks(id, &lanes.ok_or_else(|| missing("lane_chunks"))?)?;
+        let generation =
+            generation.filter(|g| (0..=MAX_GENERATION).contains(g)).ok_or_else(|| missing("generation"))?;
+        Ok(Head { canonical, seq, lane_chunks, generation })
+    }
+
+    /// The stored manifest bytes and first receipt (of whatever generation is stored).
+    async fn dispatch_row(&self, id: &DispatchId) -> StoreResult<Option<(Vec<u8>, Head)>> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().dispatch_select, (shard_i(id.shard), &id.message_id.0[..]))
+            .await
+            .map_err(db("reading a dispatch"))?;
+        let Some((manifest, canonical, seq, lanes, generation)) = first::<DispatchRow>(result, "dispatch")? else {
+            return Ok(None);
+        };
+        let manifest =
+            manifest.ok_or_else(|| StoreError::CorruptEntry(format!("dispatch {} has no manifest", id.message_id)))?;
+        Ok(Some((manifest, Self::head_from(id, (canonical, seq, lanes, generation))?)))
+    }
+
+    /// The first receipt without the manifest (of whatever generation is stored).
+    async fn dispatch_head(&self, id: &DispatchId) -> StoreResult<Option<Head>> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().dispatch_head, (shard_i(id.shard), &id.message_id.0[..]))
+            .await
+            .map_err(db("reading a dispatch"))?;
+        first::<HeadRow>(result, "dispatch")?.map(|row| Self::head_from(id, row)).transpose()
+    }
+
+    /// The highest collected generation of a dispatch, if GC collected one.
+    async fn collected_generation(&self, id: &DispatchId) -> StoreResult<Option<i32>> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().collected_select, (shard_i(id.shard), &id.message_id.0[..]))
+            .await
+            .map_err(db("reading a dispatch GC marker"))?;
+        Ok(first::<(Option<i32>,)>(result, "dispatch GC marker")?.and_then(|(g,)| g))
+    }
+
+    /// The first receipt of a dispatch's live (not collected) generation.
+    async fn live_head(&self, id: &DispatchId) -> StoreResult<Option<Head>> {
+        let Some(head) = self.dispatch_head(id).await? else { return Ok(None) };
+        let collected = self.collected_generation(id).await?;
+        Ok((collected < Some(head.generation)).then_some(head))
+    }
+
+    /// The dispatch (message id, generation) observed at `offset` of `shard`, if any.
+    async fn source_at(&self, shard: ShardId, offset: u64) -> StoreResult<Option<(Vec<u8>, i32)>> {
+        let off = u64_to_i64("observed offset", offset)?;
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().source_select_one, (shard_i(shard), bucket_of(offset), off))
+            .await
+            .map_err(db("reading a dispatch source"))?;
+        first::<(Option<Vec<u8>>, Option<i32>)>(result, "dispatch source")?
+            .map(|(m, g)| match (m, g) {
+                (Some(m), Some(g)) => Ok((m, g)),
+                _ => {
+                    Err(StoreError::CorruptEntry(format!("source offset {offset} of shard {} is incomplete", shard.0)))
+                }
+            })
+            .transpose()
+    }
+
+    /// Whether the source `(mid, generation)` belongs to a collected generation (forgotten).
+    async fn forgotten(&self, shard: ShardId, mid: &[u8], generation: i32) -> StoreResult<bool> {
+        let owner = Self::dispatch_id(shard, mid)?;
+        Ok(self.collected_generation(&owner).await?.is_some_and(|c| c >= generation))
+    }
+
+    pub(super) async fn begin(
+        &self,
+        epoch: ShardEpoch,
+        manifest: &DispatchManifest,
+        observed_offset: u64,
+    ) -> StoreResult<DispatchReceipt> {
+        manifest.validate().map_err(StoreError::InvalidInput)?;
+        let seq = MailboxSeq::from_offset(epoch, observed_offset).ok_or_else(|| {
+            StoreError::InvalidInput(format!("offset {observed_offset} is beyond the mailbox seq range"))
+        })?;
+        let off = u64_to_i64("observed offset", observed_offset)?;
+        let bytes = encode_manifest(manifest);
+        let now = self.inner.clock.now().0;
+        let id = manifest.id;
+        let (shard, mid) = (shard_i(id.shard), &id.message_id.0[..]);
+        if let Some((other, generation)) = self.source_at(id.shard, observed_offset).await? {
+            // A source of a collected generation is forgotten (the memory reference removes it).
+            if other != mid && !self.forgotten(id.shard, &other, generation).await? {
+                return Err(StoreError::DispatchConflict(format!(
+                    "offset {observed_offset} of shard {} was already observed as another dispatch",
+                    id.shard.0
+                )));
+            }
+        }
+        let collected = self.collected_generation(&id).await?;
+        let stored = self.dispatch_row(&id).await?;
+        let head = match stored {
+            Some((stored, head)) if collected < Some(head.generation) => {
+                if stored != bytes {
+                    return Err(StoreError::DispatchConflict(format!(
+                        "dispatch {}/{} arrived with a different manifest",
+                        id.message_id, id.shard.0
+                    )));
+                }
+                head
+            }
+            old => {
+                // No live generation: start one above everything stored or collected. The write
+                // timestamp grows with the generation and falls with the offset, so the lowest
+                // offset of the newest generation wins; read back whichever won.
+                let generation = old.map(|(_, h)| h.generation).max(collected).map_or(0, |g| g + 1);
+                if generation > MAX_GENERATION {
+                    return Err(StoreError::InvariantViolation(format!(
+                        "dispatch {} was collected {MAX_GENERATION} times",
+                        id.message_id
+                    )));
+                }
+                let lanes = lane_chunks_blob(&manifest.chunk_counts());
+                self.session()
+                    .execute_unpaged(
+                        &self.st().dispatch_insert,
+                        (
+                            shard,
+                            mid,
+                            &bytes,
+                            off,
+                            u64_to_i64("mailbox seq", seq.as_u64())?,
+                            &lanes,
+                            generation,
+                            DISPATCH_TTL_SECS,
+                            first_wins_timestamp(generation, off),
+                        ),
+                    )
+                    .await
+                    .map_err(db("writing a dispatch receipt"))?;
+                let (stored, head) = self.dispatch_row(&id).await?.ok_or_else(|| StoreError::Unavailable {
+                    message: format!("dispatch {} was not readable right after its write", id.message_id),
+                    source: None,
+                })?;
+                if stored != bytes {
+                    return Err(StoreError::DispatchConflict(format!(
+                        "dispatch {}/{} was first observed with a different manifest",
+                        id.message_id, id.shard.0
+                    )));
+                }
+                head
+            }
+        };
+        let ttl = DISPATCH_TTL_SECS;
+        self.session()
+            .execute_unpaged(&self.st().obs_insert, (shard, mid, head.generation, off, now, ttl))
+            .await
+            .map_err(db("recording a dispatch observation"))?;
+        // The observation row first (GC finds the highest observed offset there), then the
+        // source row and its bucket index together.
+        let bucket = bucket_of(observed_offset);
+        let (source, index) = tokio::join!(
+            self.session().execute_unpaged(&self.st().source_insert, (shard, bucket, off, mid, head.generation, ttl)),
+            self.session().execute_unpaged(&self.st().source_bucket_insert, (shard, bucket, ttl)),
+        );
+        source.map_err(db("recording a dispatch source"))?;
+        index.map_err(db("indexing a source bucket"))?;
+        Ok(DispatchReceipt {
+            id,
+            seq: head.seq,
+            canonical_offset: head.canonical,
+            observed_offset,
+            duplicate: observed_offset != head.canonical,
+        })
+    }
+
+    pub(super) async fn chunk(
+        &self,
+        receipt: &DispatchReceipt,
+        manifest: &DispatchManifest,
+        chunk: ChunkId,
+    ) -> StoreResult<usize> {
+        let bytes = encode_manifest(manifest);
+        // The receipt (a small row) and the GC marker are read per chunk, so a receipt that lost a
+        // first-observation race, or a collected dispatch, is refused as soon as the rows show
+        // it; the manifest bytes of the same generation may come from the cache.
+        let head = self.live_head(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
+        let stored = match self.verified(&receipt.id, head.generation) {
+            Some(stored) => stored,
+            None => {
+                let (stored, row) = self.dispatch_row(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
+                if row.generation != head.generation {
+                    return Err(StoreError::Unavailable {
+                        message: format!("dispatch {} changed generation while read", receipt.id.message_id),
+                        source: None,
+                    });
+                }
+                let stored = Arc::new(stored);
+                self.remember_verified(receipt.id, head.generation, stored.clone());
+                stored
+            }
+        };
+        if *stored != bytes {
+            return Err(StoreError::DispatchConflict(format!(
+                "chunk of dispatch {} carries a different manifest",
+                receipt.id.message_id
+            )));
+        }
+        let seq = head.seq;
+        if seq != receipt.seq {
+            return Err(StoreError::Conflict(format!("receipt seq {} is not the canonical {seq}", receipt.seq)));
+        }
+        let recipients = manifest.chunk_recipients(chunk);
+        if recipients.is_empty() {
+            return Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)));
+        }
+        let entries: Vec<MailboxEntry> =
+            recipients.iter().map(|u| manifest.entry_for(*u, seq, &self.inner.retention)).collect();
+        let groups = super::user::canonical_groups(&entries)?;
+        self.write_groups(groups).await?;
+        Ok(entries.len())
+    }
+
+    pub(super) async fn mark_chunk(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
+        let head = self.live_head(&dispatch).await?.ok_or_else(|| not_begun(&dispatch))?;
+        if chunk.index >= head.lane_chunks[chunk.lane.get() as usize] {
+            return Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)));
+        }
+        self.session()
+            .execute_unpaged(
+                &self.st().chunk_insert,
+                (
+                    shard_i(dispatch.shard),
+                    &dispatch.message_id.0[..],
+                    head.generation,
+                    i32::from(chunk.lane.get()),
+                    i64::from(chunk.index),
+                    DISPATCH_TTL_SECS,
+                ),
+            )
+            .await
+            .map_err(db("marking a chunk complete"))?;
+        Ok(())
+    }
+
+    pub(super) async fn is_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool> {
+        let Some(head) = self.live_head(&dispatch).await? else { return Ok(false) };
+        let result = self
+            .session()
+            .execute_unpaged(
+                &self.st().chunk_select_one,
+                (
+                    shard_i(dispatch.shard),
+                    &dispatch.message_id.0[..],
+                    head.generation,
+                    i32::from(chunk.lane.get()),
+                    i64::from(chunk.index),
+                ),
+            )
+            .await
+            .map_err(db("reading chunk completion"))?;
+        Ok(first::<(i64,)>(result, "dispatch chunk")?.is_some())
+    }
+
+    /// `(max observed offset, last observation ms)` of one generation's observation rows.
+    async fn observations(&self, id: &DispatchId, generation: i32) -> StoreResult<(Option<u64>, Option<i64>)> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().obs_select, (shard_i(id.shard), &id.message_id.0[..], generation))
+            .await
+            .map_err(db("reading dispatch observations"))?;
+        let mut max = None;
+        let mut seen = None;
+        for (offset, at) in rows::<(i64, Option<i64>)>(result, "dispatch observation")? {
+            max = max.max(Some(i64_to_u64("observed offset", offset)?));
+            seen = seen.max(at);
+        }
+        Ok((max, seen))
+    }
+
+    /// Completed chunks of one lane (distinct indexes below the lane's chunk count).
+    async fn lane_done(&self, id: &DispatchId, generation: i32, lane: LaneId, need: u32) -> StoreResult<u32> {
+        let result = self
+            .session()
+            .execute_unpaged(
+                &self.st().chunk_select_lane,
+                (shard_i(id.shard), &id.message_id.0[..], generation, i32::from(lane.get())),
+            )
+            .await
+            .map_err(db("reading lane completion"))?;
+        let done: BTreeSet<i64> = rows::<(i64,)>(result, "dispatch chunk")?
+            .into_iter()
+            .map(|(i,)| i)
+            .filter(|i| (0..i64::from(need)).contains(i))
+            .collect();
+        Ok(done.len() as u32)
+    }
+
+    pub(super) async fn progress(&self, dispatch: DispatchId) -> StoreResult<Option<DispatchProgress>> {
+        let Some((bytes, head)) = self.dispatch_row(&dispatch).await? else {
+            return Ok(None);
+        };
+        if self.collected_generation(&dispatch).await? >= Some(head.generation) {
+            return Ok(None);
+        }
+        let manifest = decode_manifest(&bytes)?;
+        if manifest.id != dispatch {
+            return Err(StoreError::CorruptEntry(format!(
+                "dispatch {} holds the manifest of {}",
+                dispatch.message_id, manifest.id.message_id
+            )));
+        }
+        let counts = manifest.chunk_counts();
+        if counts != head.lane_chunks {
+            return Err(StoreError::CorruptEntry(format!(
+                "dispatch {} lane chunk counts disagree with its manifest",
+                dispatch.message_id
+            )));
+        }
+        let (max_obs, _) = self.observations(&dispatch, head.generation).await?;
+        let max_observed_offset = max_obs.map_or(head.canonical, |m| m.max(head.canonical));
+        let result = self
+            .session()
+            .execute_unpaged(
+                &self.st().chunk_select_all,
+                (shard_i(dispatch.shard), &dispatch.message_id.0[..], head.generation),
+            )
+            .await
+            .map_err(db("reading dispatch chunks"))?;
+        let mut completed = Vec::new();
+        for (lane, index) in rows::<(i32, i64)>(result, "dispatch chunk")? {
+            let chunk = u8::try_from(lane)
+                .ok()
+                .and_then(LaneId::new)
+                .zip(u32::try_from(index).ok())
+                .filter(|(l, i)| *i < counts[l.get() as usize])
+                .map(|(lane, index)| ChunkId { lane, index })
+                .ok_or_else(|| {
+                    StoreError::CorruptEntry(format!("dispatch holds a bad completed chunk {lane}:{index}"))
+                })?;
+            completed.push(chunk);
+        }
+        completed.sort_unstable();
+        completed.dedup();
+        Ok(Some(DispatchProgress {
+            receipt: DispatchReceipt {
+                id: dispatch,
+                seq: head.seq,
+                canonical_offset: head.canonical,
+                observed_offset: head.canonical,
+                duplicate: false,
+            },
+            manifest,
+            max_observed_offset,
+            completed,
+        }))
+    }
+
+    pub(super) async fn watermark(&self, shard: ShardId, lane: LaneId) -> StoreResult<LaneWatermark> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().wm_select_lane, (shard_i(shard), i32::from(lane.get())))
+            .await
+            .map_err(db("reading a lane watermark"))?;
+        let through = first::<(Option<i64>,)>(result, "lane watermark")?
+            .and_then(|(t,)| t)
+            .map(|t| i64_to_u64("watermark", t))
+            .transpose()?;
+        Ok(LaneWatermark { shard, lane, through })
+    }
+
+    /// Every source `(offset, dispatch message id, generation)` of `shard` with
+    /// `after < offset <= through` (`after = None`: from the start), ascending, at most `cap`.
+    async fn sources(
+        &self,
+        shard: ShardId,
+        after: Option<u64>,
+        through: u64,
+        cap: usize,
+    ) -> StoreResult<Vec<(u64, Vec<u8>, i32)>> {
+        let upper = u64_to_i64("offset", through)?;
+        let from_bucket = after.map_or(0, bucket_of);
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().source_bucket_range, (shard_i(shard), from_bucket, bucket_of(through)))
+            .await
+            .map_err(db("reading source buckets"))?;
+        let buckets = rows::<(i64,)>(result, "source bucket")?;
+        let mut out = Vec::new();
+        for (bucket,) in buckets {
+            let mut lower = match after {
+                Some(a) => u64_to_i64("offset", a)?,
+                None => -1,
+            };
+            loop {
+                let result = self
+                    .session()
+                    .execute_unpaged(
+                        &self.st().source_range,
+                        (shard_i(shard), bucket, lower, upper, SOURCE_PAGE as i32),
+                    )
+                    .await
+                    .map_err(db("reading dispatch sources"))?;
+                let page = rows::<(i64, Option<Vec<u8>>, Option<i32>)>(result, "dispatch source")?;
+                let n = page.len();
+                for (offset, mid, generation) in page {
+                    lower = offset;
+                    let (Some(mid), Some(generation)) = (mid, generation) else {
+                        return Err(StoreError::CorruptEntry(format!(
+                            "source offset {offset} of shard {} is incomplete",
+                            shard.0
+                        )));
+                    };
+                    out.push((i64_to_u64("offset", offset)?, mid, generation));
+                    if out.len() >= cap {
+                        return Ok(out);
+                    }
+                }
+                if n < SOURCE_PAGE {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn dispatch_id(shard: ShardId, mid: &[u8]) -> StoreResult<DispatchId> {
+        let bytes: [u8; 16] = mid
+            .try_into()
+            .map_err(|_| StoreError::CorruptEntry(format!("a source of shard {} holds a bad dispatch id", shard.0)))?;
+        Ok(DispatchId { message_id: crate::ids::MessageId(bytes), shard })
+    }
+
+    pub(super) async fn advance(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
+        let current = self.watermark(shard, lane).await?;
+        if current.through.is_some_and(|w| through <= w) {
+            return Ok(current);
+        }
+        let observed = match self.source_at(shard, through).await? {
+            Some((mid, generation)) => !self.forgotten(shard, &mid, generation).await?,
+            None => false,
+        };
+        if !observed {
+            return Err(StoreError::InvalidInput(format!(
+                "no dispatch was observed at offset {through} of shard {}",
+                shard.0
+            )));
+        }
+        // Per (dispatch, generation): `None` when forgotten, else whether the lane is complete.
+        let mut known: HashMap<(Vec<u8>, i32), Option<bool>> = HashMap::new();
+        for (offset, mid, generation) in self.sources(shard, current.through, through, usize::MAX).await? {
+            let key = (mid, generation);
+            let state = match known.get(&key) {
+                Some(state) => *state,
+                None => {
+                    let id = Self::dispatch_id(shard, &key.0)?;
+                    let state = if self.forgotten(shard, &key.0, generation).await? {
+                        None
+                    } else {
+                        let head =
+                            self.dispatch_head(&id).await?.filter(|h| h.generation == generation).ok_or_else(|| {
+                                StoreError::CorruptEntry(format!(
+                                    "source offset {offset} of shard {} names dispatch {} which is gone",
+                                    shard.0, id.message_id
+                                ))
+                            })?;
+                        let need = head.lane_chunks[lane.get() as usize];
+                        Some(need == 0 || self.lane_done(&id, generation, lane, need).await? >= need)
+                    };
+                    known.insert(key, state);
+                    state
+                }
+            };
+            if state == Some(false) {
+                return Err(StoreError::Conflict(format!(
+                    "lane {} of shard {} is incomplete at offset {offset}",
+                    lane.get(),
+                    shard.0
+                )));
+            }
+        }
+        let t = u64_to_i64("watermark", through)?;
+        self.session()
+            .execute_unpaged(
+                &self.st().wm_update,
+                (highest_wins_timestamp(t), t, shard_i(shard), i32::from(lane.get())),
+            )
+            .await
+            .map_err(db("advancing a lane watermark"))?;
+        Ok(LaneWatermark { shard, lane, through: Some(through) })
+    }
+
+    pub(super) async fn gc(&self, shard: ShardId, seen_before_millis: i64, limit: usize) -> StoreResult<usize> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().wm_select_all, (shard_i(shard),))
+            .await
+            .map_err(db("reading lane watermarks"))?;
+        let mut floor: Option<u64> = None;
+        let mut lanes = 0usize;
+        for (lane, through) in rows::<(i32, Option<i64>)>(result, "lane watermark")? {
+            let Some(through) = through else { continue };
+            if !(0..i32::from(LANES)).contains(&lane) {
+                continue;
+            }
+            let through = i64_to_u64("watermark", through)?;
+            floor = Some(floor.map_or(through, |f| f.min(through)));
+            lanes += 1;
+        }
+        let Some(floor) = floor.filter(|_| lanes == LANES as usize) else {
+            return Ok(0);
+        };
+        let mut seen = BTreeSet::new();
+        let mut collected = 0usize;
+        for (_, mid, _) in self.sources(shard, None, floor, GC_SCAN_CAP).await? {
+            if !seen.insert(mid.clone()) {
+                continue;
+            }
+            let id = Self::dispatch_id(shard, &mid)?;
+            let Some(head) = self.live_head(&id).await? else { continue };
+            let (max_obs, last_seen) = self.observations(&id, head.generation).await?;
+            let max_observed = max_obs.map_or(head.canonical, |m| m.max(head.canonical));
+            if max_observed > floor || last_seen.is_none_or(|s| s >= seen_before_millis) {
+                continue;
+            }
+            let g = head.generation;
+            self.session()
+                .execute_unpaged(
+                    &self.st().collected_insert,
+                    (shard_i(shard), &mid, g, DISPATCH_TTL_SECS, highest_wins_timestamp(i64::from(g))),
+                )
+                .await
+                .map_err(db("writing a dispatch GC marker"))?;
+            collected += 1;
+            if collected >= limit {
+                break;
+            }
+        }
+        Ok(collected)
+    }
+}

@@ -1,0 +1,471 @@
+//! One user's mailbox: canonical groups, bucket proofs, the retention ledger (LWT only when a
+//! new expiry day appears), the trim/gap floor, range reads and trimming.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+
+use super::{db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, PROOF_TTL_SLACK_SECS};
+use crate::codec::{decode_event_group, encode_event_group, i64_to_u64, u64_to_i64, RetentionLedger};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{TenantId, UnixMillis, UserId};
+use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
+
+/// The retention meta format this backend reads and writes (seed 000's V4 ledger semantics).
+const FORMAT_VERSION: i32 = 4;
+/// LWT attempts before a contended retention meta is reported `Unavailable`.
+const MAX_ATTEMPTS: usize = 32;
+/// Rows fetched per `range_scan` query.
+const SCAN_BATCH: usize = 256;
+/// After this long past its day's expiry (on the injected clock) a missing bucket proof is taken
+/// as expired by its TTL rather than lost: the proof slack less a day for clock skew.
+const PROOF_GONE_AFTER_MILLIS: i64 = (PROOF_TTL_SLACK_SECS - 86_400) * 1000;
+/// Most per-user reads or commits of one batch in flight.
+const MAX_IN_FLIGHT: usize = 32;
+/// The longest TTL CQL accepts (20 years).
+const MAX_TTL_SECS: i64 = 630_720_000;
+
+pub(super) use crate::rules::canonical_groups;
+
+/// Seconds from `now` until `until`, rounded up, plus `slack`; at least 1, at most CQL's limit.
+fn ttl_secs(until: UnixMillis, now: UnixMillis, slack: i64) -> i32 {
+    let left = until.0.saturating_sub(now.0).max(0);
+    let secs = (left / 1000 + i64::from(left % 1000 != 0)).saturating_add(slack);
+    secs.clamp(1, MAX_TTL_SECS) as i32
+}
+
+fn seq_i(what: &str, seq: MailboxSeq) -> StoreResult<i64> {
+    u64_to_i64(what, seq.as_u64())
+}
+
+fn seq_from(what: &str, raw: i64) -> StoreResult<MailboxSeq> {
+    MailboxSeq::from_u64(i64_to_u64(what, raw)?)
+        .ok_or_else(|| StoreError::CorruptEntry(format!("{what}={raw} is not a mailbox seq")))
+}
+
+/// A snapshot of one user's retention meta.
+#[derive(Clone, Debug, Default)]
+struct Meta {
+    exists: bool,
+    generation: i64,
+    ledger: RetentionLedger,
+}
+
+/// One user's share of a batch: what to write and whether the ledger must change.
+struct Plan {
+    tenant: TenantId,
+    user: UserId,
+    /// Highest seq of a group that had already expired (not written; raises the gap).
+    expired_gap: Option<MailboxSeq>,
+    /// Highest seq and expiry per (expiry day, epoch) among live groups: the bucket proofs.
+    proofs: BTreeMap<(u32, u16), (MailboxSeq, UnixMillis)>,
+    /// Live groups' days the ledger does not list: day → (a seq, expiry).
+    new_days: BTreeMap<u32, (MailboxSeq, UnixMillis)>,
+    meta: Meta,
+    /// Live groups, with their bytes.
+    writes: Vec<(MailboxSeq, UnixMillis, Vec<u8>)>,
+}
+
+fn day_of(expiry: UnixMillis) -> StoreResult<u32> {
+    u32::try_from(expiry.day())
+        .map_err(|_| StoreError::InvalidInput(format!("expiry {} is outside the ledger's day range", expiry.0)))
+}
+
+/// A finished task's result; a panic resumes, a cancellation is `Unavailable`.
+fn joined<T>(done: Option<Result<StoreResult<T>, tokio::task::JoinError>>) -> StoreResult<StoreResult<T>> {
+    match done {
+        Some(Ok(result)) => Ok(result),
+        Some(Err(join)) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+        Some(Err(join)) => Err(StoreError::Unavailable {
+            message: "a mailbox write task was cancelled".into(),
+            source: Some(Box::new(join)),
+        }),
+        None => Err(StoreError::Unavailable { message: "a mailbox write task vanished".into(), source: None }),
+    }
+}
+
+fn keep_first_error(first: &mut Option<StoreError>, done: StoreResult<StoreResult<()>>) {
+    if let Err(e) | Ok(Err(e)) = done {
+        first.get_or_insert(e);
+    }
+}
+
+impl ScyllaMailboxStore {
+    async fn read_meta(&self, tenant: &TenantId, user: &UserId) -> StoreResult<Meta> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().meta_select, (&tenant.0[..], &user.0[..]))
+            .await
+            .map_err(db("reading mailbox retention meta"))?;
+        let Some((version, generation, ledger)) =
+            first::<(Option<i32>, Option<i64>, Option<Vec<u8>>)>(result, "mailbox retention meta")?
+        else {
+            return Ok(Meta::default());
+        };
+        let corrupt = |why: String| StoreError::CorruptEntry(format!("mailbox retention meta of {user}: {why}"));
+        if version != Some(FORMAT_VERSION) {
+            return Err(corrupt(format!("format version {version:?} is not {FORMAT_VERSION}")));
+        }
+        let generation = generation.ok_or_else(|| corrupt("no ledger generation".into()))?;
+        let ledger = RetentionLedger::decode(&ledger.ok_or_else(|| corrupt("no ledger".into()))?)?;
+        Ok(Meta { exists: true, generation, ledger })
+    }
+
+    /// `(trim, gap)`, or `None` when the user has no floor row.
+    async fn read_floor(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+    ) -> StoreResult<Option<(Option<MailboxSeq>, Option<MailboxSeq>)>> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().floor_select, (&tenant.0[..], &user.0[..]))
+            .await
+            .map_err(db("reading a mailbox floor"))?;
+        let Some((trim, gap)) = first::<(Option<i64>, Option<i64>)>(result, "mailbox floor")? else {
+            return Ok(None);
+        };
+        let trim = trim.map(|t| seq_from("trim", t)).transpose()?;
+        let gap = gap.map(|g| seq_from("gap", g)).transpose()?;
+        Ok(Some((trim, gap)))
+    }
+
+    /// Raises the expired-gap boundary to `seq` (no-op if it is higher already): the seq is the
+    /// write timestamp, so the highest write wins.
+    async fn raise_gap(&self, tenant: &TenantId, user: &UserId, seq: MailboxSeq) -> StoreResult<()> {
+        let s = seq_i("gap", seq)?;
+        self.session()
+            .execute_unpaged(&self.st().floor_gap, (highest_wins_timestamp(s), s, &tenant.0[..], &user.0[..]))
+            .await
+            .map_err(db("raising a mailbox gap"))?;
+        Ok(())
+    }
+
+    /// The highest seq any bucket proof of `day` holds; `None` when there is none.
+    async fn proof_max(&self, tenant: &TenantId, user: &UserId, day: u32) -> StoreResult<Option<MailboxSeq>> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().bucket_select_day, (&tenant.0[..], &user.0[..], i64::from(day)))
+            .await
+            .map_err(db("reading a bucket proof"))?;
+        let mut best = None;
+        for (max_seq, _) in rows::<(Option<i64>, Option<i64>)>(result, "bucket proof")? {
+            let max_seq = max_seq
+                .ok_or_else(|| StoreError::CorruptEntry(format!("bucket proof of {user} day {day} has no max_seq")))?;
+            best = best.max(Some(seq_from("bucket max_seq", max_seq)?));
+        }
+        Ok(best)
+    }
+
+    /// The highest seq of every ledger day expired at `now` (ledger item and proof merged);
+    /// `None` when no day expired. A missing proof is `CorruptEntry`.
+    async fn expired_boundary(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        ledger: &RetentionLedger,
+        now: UnixMillis,
+    ) -> StoreResult<Option<MailboxSeq>> {
+        let mut boundary = None;
+        for item in ledger.items().iter().filter(|i| i.expiry <= now) {
+            let listed = MailboxSeq::from_u64(item.max_seq)
+                .ok_or_else(|| StoreError::CorruptEntry("ledger max_seq has bit 63 set".into()))?;
+            let proof = match self.proof_max(tenant, user, item.day).await? {
+                Some(proof) => proof,
+                // The proof outlived the day by its slack and is gone by TTL: the ledger item,
+                // folded from the proof at the user's last registration, is what remains.
+                None if item.expiry.0.saturating_add(PROOF_GONE_AFTER_MILLIS) <= now.0 => listed,
+                None => {
+                    return Err(StoreError::CorruptEntry(format!(
+                        "ledger of {user} lists expiry day {} but its bucket proof is missing",
+                        item.day
+                    )))
+                }
+            };
+            boundary = boundary.max(Some(proof.max(listed)));
+        }
+        Ok(boundary)
+    }
+
+    fn plan(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        groups: Vec<EventGroup>,
+        meta: Meta,
+        now: UnixMillis,
+    ) -> StoreResult<Plan> {
+        let mut plan = Plan {
+            tenant,
+            user,
+            expired_gap: None,
+            proofs: BTreeMap::new(),
+            new_days: BTreeMap::new(),
+            meta,
+            writes: Vec::new(),
+        };
+        for g in groups {
+            if g.expires_at <= now {
+                plan.expired_gap = plan.expired_gap.max(Some(g.seq));
+                continue;
+            }
+            let day = day_of(g.expires_at)?;
+            let proof = plan.proofs.entry((day, g.seq.epoch().0)).or_insert((g.seq, g.expires_at));
+            proof.0 = proof.0.max(g.seq);
+            if !plan.meta.ledger.items().iter().any(|i| i.day == day) {
+                plan.new_days.entry(day).or_insert((g.seq, g.expires_at));
+            }
+            plan.writes.push((g.seq, g.expires_at, encode_event_group(&g)));
+        }
+        // The ledger the registration would write: refuse an overflow before anything is written.
+        let mut ledger = plan.meta.ledger.clone();
+        ledger.take_expired(now);
+        for (seq, expiry) in plan.new_days.values() {
+            ledger.register(seq.as_u64(), *expiry).map_err(StoreError::InvariantViolation)?;
+        }
+        Ok(plan)
+    }
+
+    /// Writes canonical `groups` (any users). Every user's meta is read and planned first, so a
+    /// ledger overflow anywhere writes nothing; then per user: gap, bucket proofs, ledger
+    /// registration (LWT, only for new days), entries.
+    pub(super) async fn write_groups(&self, groups: Vec<EventGroup>) -> StoreResult<()> {
+        let now = self.inner.clock.now();
+        let mut by_user: BTreeMap<(TenantId, UserId), Vec<EventGroup>> = BTreeMap::new();
+        for g in groups {
+            by_user.entry((g.tenant, g.user)).or_default().push(g);
+        }
+        // Read and plan every user first (several reads in flight), so a ledger overflow
+        // anywhere writes nothing.
+        let mut reads = tokio::task::JoinSet::new();
+        let mut plans = Vec::with_capacity(by_user.len());
+        for ((tenant, user), gs) in by_user {
+            if reads.len() >= MAX_IN_FLIGHT {
+                plans.push(joined(reads.join_next().await)??);
+            }
+            let store = self.clone();
+            reads.spawn(async move {
+                let meta = store.read_meta(&tenant, &user).await?;
+                store.plan(tenant, user, gs, meta, now)
+            });
+        }
+        while let Some(done) = reads.join_next().await {
+            plans.push(joined(Some(done))??);
+        }
+        // Then commit every user (several in flight); the first error is returned after every
+        // started commit finished.
+        let mut commits = tokio::task::JoinSet::new();
+        let mut first_err = None;
+        for plan in plans {
+            if commits.len() >= MAX_IN_FLIGHT {
+                keep_first_error(&mut first_err, joined(commits.join_next().await));
+            }
+            let store = self.clone();
+            commits.spawn(async move { store.commit_user(plan, now).await });
+        }
+        while let Some(done) = commits.join_next().await {
+            keep_first_error(&mut first_err, joined(Some(done)));
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    async fn commit_user(&self, plan: Plan, now: UnixMillis) -> StoreResult<()> {
+        let (t, u) = (&plan.tenant, &plan.user);
+        if let Some(gap) = plan.expired_gap {
+            self.raise_gap(t, u, gap).await?;
+        }
+        for ((day, epoch), (seq, expiry)) in &plan.proofs {
+            let s = seq_i("bucket max_seq", *seq)?;
+            let ttl = ttl_secs(*expiry, now, PROOF_TTL_SLACK_SECS);
+            self.session()
+                .execute_unpaged(
+                    &self.st().bucket_insert,
+                    (
+                        &t.0[..],
+                        &u.0[..],
+                        i64::from(*day),
+                        i32::from(*epoch),
+                        s,
+                        expiry.0,
+                        ttl,
+                        highest_wins_timestamp(s),
+                    ),
+                )
+                .await
+                .map_err(db("writing a bucket proof"))?;
+        }
+        if !plan.new_days.is_empty() {
+            self.register_days(t, u, plan.meta.clone(), &plan.new_days, now).await?;
+        }
+        for (seq, expiry, bytes) in &plan.writes {
+            let ttl = ttl_secs(*expiry, now, ENTRY_TTL_SLACK_SECS);
+            self.session()
+                .execute_unpaged(&self.st().entry_insert, (&t.0[..], &u.0[..], seq_i("mailbox seq", *seq)?, bytes, ttl))
+                .await
+                .map_err(db("writing a mailbox group"))?;
+        }
+        Ok(())
+    }
+
+    /// Adds `days` to the user's ledger with one LWT on the meta row, dropping the days that
+    /// expired (their proofs merged into the gap first). Re-reads and retries while another
+    /// writer moves the generation; stops when every day is listed.
+    async fn register_days(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        mut meta: Meta,
+        days: &BTreeMap<u32, (MailboxSeq, UnixMillis)>,
+        now: UnixMillis,
+    ) -> StoreResult<()> {
+        for _ in 0..MAX_ATTEMPTS {
+            let missing: Vec<_> =
+                days.iter().filter(|(d, _)| !meta.ledger.items().iter().any(|i| i.day == **d)).collect();
+            if missing.is_empty() {
+                return Ok(());
+            }
+            let mut ledger = meta.ledger.clone();
+            if let Some(gap) = self.expired_boundary(tenant, user, &ledger, now).await? {
+                self.raise_gap(tenant, user, gap).await?;
+                ledger.take_expired(now);
+            }
+            // Fold the live days' proofs into their ledger items, so the ledger itself knows each
+            // day's highest seq (up to writes after this LWT) once the proof's TTL has run out.
+            let live: Vec<_> = ledger.items().to_vec();
+            for item in live {
+                if let Some(proof) = self.proof_max(tenant, user, item.day).await? {
+                    ledger.register(proof.as_u64(), item.expiry).map_err(StoreError::InvariantViolation)?;
+                }
+            }
+            for (_, (seq, expiry)) in missing {
+                ledger.register(seq.as_u64(), *expiry).map_err(StoreError::InvariantViolation)?;
+            }
+            let blob = ledger.encode();
+            self.inner.lwts.fetch_add(1, Ordering::Relaxed);
+            let result = if meta.exists {
+                self.session()
+                    .execute_unpaged(
+                        &self.st().meta_update_lwt,
+                        (meta.generation + 1, &blob, &tenant.0[..], &user.0[..], meta.generation),
+                    )
+                    .await
+            } else {
+                self.session()
+                    .execute_unpaged(
+                        &self.st().meta_insert_lwt,
+                        (&tenant.0[..], &user.0[..], FORMAT_VERSION, 1i64, &blob),
+                    )
+                    .await
+            }
+            .map_err(db("registering a retention day"))?;
+            if super::applied(result, "retention meta LWT")? {
+                return Ok(());
+            }
+            meta = self.read_meta(tenant, user).await?;
+        }
+        Err(StoreError::Unavailable {
+            message: format!("mailbox retention meta of {user} kept changing for {MAX_ATTEMPTS} attempts"),
+            source: None,
+        })
+    }
+
+    /// `range_scan` after the argument checks (same epoch, `max_items >= 1`, `after <= up_to`).
+    pub(super) async fn scan(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        after: MailboxSeq,
+        up_to: MailboxSeq,
+        max_items: usize,
+    ) -> StoreResult<MailboxPage> {
+        let now = self.inner.clock.now();
+        // Meta before floor: a writer raises the gap before its LWT drops an expired day, so
+        // either the day is still listed (and its proof is read) or the raised gap is seen.
+        let meta = self.read_meta(&tenant, &user).await?;
+        let floor = self.read_floor(&tenant, &user).await?;
+        if floor.is_none() && !meta.exists {
+            return Ok(MailboxPage { groups: Vec::new(), covered: up_to });
+        }
+        let (trim, gap) = floor.unwrap_or_default();
+        let expired = self.expired_boundary(&tenant, &user, &meta.ledger, now).await?;
+        if let Some(boundary) = trim.max(gap).max(expired) {
+            if after < boundary {
+                return Err(StoreError::CursorExpired { earliest: boundary });
+            }
+        }
+        let up = seq_i("up_to", up_to)?;
+        let mut cursor = after;
+        let mut groups: Vec<EventGroup> = Vec::new();
+        let mut items = 0usize;
+        loop {
+            let result = self
+                .session()
+                .execute_unpaged(
+                    &self.st().entry_range,
+                    (&tenant.0[..], &user.0[..], seq_i("cursor", cursor)?, up, SCAN_BATCH as i32),
+                )
+                .await
+                .map_err(db("reading mailbox groups"))?;
+            let found = rows::<(i64, Option<Vec<u8>>)>(result, "mailbox entry")?;
+            let n = found.len();
+            for (raw_seq, bytes) in found {
+                let seq = seq_from("mailbox seq", raw_seq)?;
+                let bytes =
+                    bytes.ok_or_else(|| StoreError::CorruptEntry(format!("mailbox group at {seq} has no bytes")))?;
+                let group = decode_event_group(&bytes)?;
+                if group.seq != seq || group.tenant != tenant || group.user != user {
+                    return Err(StoreError::CorruptEntry(format!(
+                        "mailbox group at {seq} belongs to {} at {}",
+                        group.user, group.seq
+                    )));
+                }
+                if group.expires_at <= now {
+                    // Unreachable while every bucket's proof covers its entries: fail closed.
+                    return Err(StoreError::CorruptEntry(format!(
+                        "expired mailbox group at {seq} above the expired-gap boundary"
+                    )));
+                }
+                items += group.events.len();
+                cursor = seq;
+                groups.push(group);
+                if items >= max_items {
+                    return Ok(MailboxPage { groups, covered: seq });
+                }
+            }
+            if n < SCAN_BATCH {
+                return Ok(MailboxPage { groups, covered: up_to });
+            }
+        }
+    }
+
+    /// `truncate_before`: the trim cell is written with `through` as its write timestamp, so it
+    /// only rises; the trim in force is read back.
+    pub(super) async fn truncate(
+        &self,
+        tenant: TenantId,
+        user: UserId,
+        through: MailboxSeq,
+    ) -> StoreResult<MailboxSeq> {
+        let s = seq_i("trim", through)?;
+        self.session()
+            .execute_unpaged(&self.st().floor_trim, (highest_wins_timestamp(s), s, &tenant.0[..], &user.0[..]))
+            .await
+            .map_err(db("raising a mailbox trim"))?;
+        let stored = self.read_floor(&tenant, &user).await?.and_then(|(trim, _)| trim);
+        Ok(stored.map_or(through, |t| t.max(through)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttls_round_up_and_stay_in_range() {
+        let now = UnixMillis(1_000);
+        assert_eq!(ttl_secs(UnixMillis(1_001), now, 0), 1);
+        assert_eq!(ttl_secs(UnixMillis(3_000), now, 0), 2);
+        assert_eq!(ttl_secs(UnixMillis(3_001), now, 10), 13);
+        assert_eq!(ttl_secs(UnixMillis(0), now, 0), 1, "never zero (zero means no TTL)");
+        assert_eq!(ttl_secs(UnixMillis(i64::MAX), now, 0), MAX_TTL_SECS as i32);
+    }
+}
