@@ -14,6 +14,7 @@
 
 mod redis;
 mod scylla;
+mod scylla_mailbox;
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! `qim-bench scylla`: what each CQL write path costs, measured in one run on one server:
 //! plain prepared inserts (LOCAL_QUORUM) against LWT inserts (`IF NOT EXISTS`, LOCAL_SERIAL),
-//! so the price of every LWT on a hot path is visible.
+//! so the price of every LWT on a hot path is visible, then mailbox entries through the store
+//! against the same per-entry writes (see `scylla_mailbox`).
 
 use std::sync::Arc;
 
@@ -96,9 +97,10 @@ async fn measure(session: &Arc<Session>, ks: &str, args: &Args) -> anyhow::Resul
         println!("  {:<40} {:>10.0} {:>10.2} {:>10.2}", name, m.per_second, super::ms(m.p50), super::ms(m.p99));
     }
     println!("  ratio LWT/plain: {:.3}", lwt.per_second / plain.per_second);
+    let mailbox = super::scylla_mailbox::measure(session, ks, args).await?;
     Ok(serde_json::json!({
         "count": args.count, "concurrency": args.concurrency,
         "plain_per_second": plain.per_second, "lwt_per_second": lwt.per_second,
-        "lwt_over_plain": lwt.per_second / plain.per_second,
+        "lwt_over_plain": lwt.per_second / plain.per_second, "mailbox": mailbox,
     }))
 }
