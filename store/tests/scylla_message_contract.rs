@@ -104,6 +104,53 @@ async fn migrate_refuses_an_existing_keyspace_with_another_rf() {
     drop_keyspace(&session, &config.keyspace).await;
 }
 
+/// Creates `keyspace` with the configured replication and one hand-made `message_commit` table.
+async fn keyspace_with_commit_table(session: &Session, config: &ScyllaConfig, columns: &str) {
+    let ks = &config.keyspace;
+    let create = format!(
+        "CREATE KEYSPACE {ks} WITH replication = {{'class': 'NetworkTopologyStrategy', '{}': {}}}",
+        config.local_dc, config.replication_factor
+    );
+    session.query_unpaged(create, &[]).await.expect("creating the keyspace");
+    let table = format!(
+        "CREATE TABLE {ks}.message_commit ({columns}, PRIMARY KEY ((tenant_id, sender_id, client_message_id)))"
+    );
+    session.query_unpaged(table, &[]).await.expect("creating an older message_commit");
+}
+
+#[tokio::test]
+async fn migrate_adds_only_the_known_nullable_columns_an_existing_table_lacks() {
+    let config = fresh_config("cols");
+    let session = connect(&config).await;
+    // An older message_commit without committed_at (a column added by a later release).
+    let older = "tenant_id blob, sender_id blob, client_message_id text, request_blob blob, commit_blob blob, \
+                 state int, created_at bigint";
+    keyspace_with_commit_table(&session, &config, older).await;
+    let before = readiness(&session, &config).await.unwrap();
+    assert!(before.problems.iter().any(|p| p.contains("message_commit.committed_at")), "{:?}", before.problems);
+    migrate(&session, &config).await.unwrap_or_else(|e| panic!("migrate: {}", describe(&e)));
+    let columns = schema_snapshot(&session, &config.keyspace).await;
+    let added = columns.iter().find(|(t, c, _, _)| t == "message_commit" && c == "committed_at");
+    assert_eq!(added.map(|(_, _, kind, ty)| (kind.as_str(), ty.as_str())), Some(("regular", "bigint")));
+    assert!(readiness(&session, &config).await.unwrap().is_ready());
+    drop_keyspace(&session, &config.keyspace).await;
+}
+
+#[tokio::test]
+async fn migrate_refuses_a_column_of_another_type() {
+    let config = fresh_config("type");
+    let session = connect(&config).await;
+    let wrong = "tenant_id blob, sender_id blob, client_message_id text, request_blob blob, commit_blob blob, \
+                 state text, created_at bigint, committed_at bigint";
+    keyspace_with_commit_table(&session, &config, wrong).await;
+    let err = migrate(&session, &config).await.expect_err("a column of another type is refused");
+    assert_eq!(err.kind(), ErrorKind::InvariantViolation, "{err}");
+    assert!(err.to_string().contains("message_commit.state is text"), "{err}");
+    let state = readiness(&session, &config).await.unwrap();
+    assert!(state.problems.iter().any(|p| p.contains("message_commit.state")), "{:?}", state.problems);
+    drop_keyspace(&session, &config.keyspace).await;
+}
+
 #[tokio::test]
 async fn a_data_centre_the_cluster_does_not_have_is_refused_by_name() {
     let mut config = fresh_config("dc");

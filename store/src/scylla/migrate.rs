@@ -19,6 +19,10 @@
 //!   DC no node reports is refused up front, by name.
 //! - **Idempotent**: keyspace and tables use `IF NOT EXISTS`; a second run verifies and changes
 //!   nothing.
+//! - **Tables only grow by known nullable columns**: each table's shape is read back from its
+//!   own `CREATE TABLE` statement ([`table_shape`]); an existing table lacking one of its regular
+//!   columns gets exactly that `ALTER TABLE ... ADD`; a column of another type or a different
+//!   primary key is refused, never altered or dropped.
 //! - **Readiness reads the schema itself**: a session, or prepared statements, prove nothing.
 
 use std::collections::HashMap;
@@ -28,9 +32,10 @@ use scylla::statement::{Consistency, Statement};
 
 use super::config::ScyllaConfig;
 use super::cql::{corrupt, unavailable};
-use super::mailbox::{mailbox_table_ddl, mailbox_table_names};
+use super::mailbox::mailbox_table_ddl;
 use super::schema::{
-    check_dc, check_replication, check_vnodes, create_keyspace, create_tables, detect_flavour, Flavour, TABLES,
+    check_dc, check_replication, check_vnodes, create_keyspace, create_tables, detect_flavour, table_shape, Flavour,
+    TableShape,
 };
 use crate::error::{StoreError, StoreResult};
 
@@ -166,7 +171,10 @@ pub async fn migrate(session: &Session, config: &ScyllaConfig) -> StoreResult<()
         }
     }
     for stmt in create_tables(ks).into_iter().chain(mailbox_table_ddl(ks)) {
-        ddl(session, stmt).await?;
+        ddl(session, stmt.clone()).await?;
+        let shape = table_shape(&stmt)
+            .ok_or_else(|| StoreError::InvariantViolation(format!("the backend's own DDL is unreadable: {stmt}")))?;
+        add_missing_columns(session, config, &shape).await?;
     }
     await_agreement(session).await?;
     let state = readiness(session, config).await?;
@@ -179,13 +187,63 @@ pub async fn migrate(session: &Session, config: &ScyllaConfig) -> StoreResult<()
     Ok(())
 }
 
+/// The columns (name → type) an existing table has.
+async fn read_columns(session: &Session, ks: &str, table: &str) -> StoreResult<HashMap<String, String>> {
+    let what = format!("reading the columns of {ks}.{table}");
+    let mut stmt = Statement::new(
+        "SELECT column_name, type FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?",
+    );
+    stmt.set_consistency(Consistency::LocalOne);
+    let rows = session
+        .query_unpaged(stmt, (ks, table))
+        .await
+        .map_err(|e| unavailable(what.clone(), e))?
+        .into_rows_result()
+        .map_err(|e| corrupt(&what, e))?;
+    let out = rows.rows::<(String, String)>().map_err(|e| corrupt(&what, e))?;
+    out.map(|r| r.map_err(|e| corrupt(&what, e))).collect()
+}
+
+/// What is wrong with an existing table against its shape: a column of another type, a missing
+/// key column (never repaired), or missing regular columns (which [`migrate`] adds).
+fn column_problems(shape: &TableShape, existing: &HashMap<String, String>) -> (Vec<String>, Vec<(String, String)>) {
+    let (mut refuse, mut add) = (Vec::new(), Vec::new());
+    for (column, ty) in &shape.columns {
+        match existing.get(column) {
+            Some(found) if found != ty => {
+                refuse.push(format!("column {}.{column} is {found}, the backend needs {ty}", shape.name))
+            }
+            Some(_) => {}
+            None if shape.key.contains(column) => {
+                refuse.push(format!("table {} lacks key column {column}: its primary key differs", shape.name))
+            }
+            None => add.push((column.clone(), ty.clone())),
+        }
+    }
+    (refuse, add)
+}
+
+/// Adds to an existing table only the known nullable (regular) columns it lacks; a column of
+/// another type or a different key is refused, never altered.
+async fn add_missing_columns(session: &Session, config: &ScyllaConfig, shape: &TableShape) -> StoreResult<()> {
+    let existing = read_columns(session, &config.keyspace, &shape.name).await?;
+    let (refuse_reasons, add) = column_problems(shape, &existing);
+    if let Some(problem) = refuse_reasons.into_iter().next() {
+        return Err(refuse(config, problem));
+    }
+    for (column, ty) in add {
+        ddl(session, format!("ALTER TABLE {}.{} ADD {column} {ty}", config.keyspace, shape.name)).await?;
+    }
+    Ok(())
+}
+
 async fn await_agreement(session: &Session) -> StoreResult<()> {
     session.await_schema_agreement().await.map_err(|e| unavailable("awaiting schema agreement", e))?;
     Ok(())
 }
 
 /// Re-reads the schema: the keyspace exists with the configured replication (and, on Scylla,
-/// vnodes) and every table of [`TABLES`] and of the mailbox exists. `Unavailable` only when the cluster can not be
+/// vnodes), every table of the backend exists and has each of its columns. `Unavailable` only when the cluster can not be
 /// asked.
 pub async fn readiness(session: &Session, config: &ScyllaConfig) -> StoreResult<Readiness> {
     if let Some(problem) = dc_problem(session, config) {
@@ -207,10 +265,22 @@ pub async fn readiness(session: &Session, config: &ScyllaConfig) -> StoreResult<
                 &[&config.keyspace],
             )
             .await?;
-            for table in TABLES.into_iter().chain(mailbox_table_names()) {
-                if !tables.iter().any(|t| t == table) {
-                    problems.push(format!("table {}.{table} does not exist (run the migration)", config.keyspace));
+            for stmt in create_tables(&config.keyspace).into_iter().chain(mailbox_table_ddl(&config.keyspace)) {
+                let Some(shape) = table_shape(&stmt) else {
+                    problems.push(format!("the backend's own DDL is unreadable: {stmt}"));
+                    continue;
+                };
+                if !tables.contains(&shape.name) {
+                    problems
+                        .push(format!("table {}.{} does not exist (run the migration)", config.keyspace, shape.name));
+                    continue;
                 }
+                let existing = read_columns(session, &config.keyspace, &shape.name).await?;
+                let (wrong, missing) = column_problems(&shape, &existing);
+                problems.extend(wrong);
+                problems.extend(missing.into_iter().map(|(c, _)| {
+                    format!("column {}.{}.{c} does not exist (run the migration)", config.keyspace, shape.name)
+                }));
             }
         }
     }

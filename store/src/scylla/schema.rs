@@ -58,6 +58,75 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
     bodies.iter().map(|b| format!("CREATE TABLE IF NOT EXISTS {keyspace}.{b}")).collect()
 }
 
+/// A table as its `CREATE TABLE` statement declares it: the one source of what `migrate` may
+/// add to an existing table and what `readiness` expects.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct TableShape {
+    /// The table's name (without keyspace).
+    pub name: String,
+    /// Every column with its CQL type, in declaration order.
+    pub columns: Vec<(String, String)>,
+    /// The primary key's columns (partition and clustering).
+    pub key: Vec<String>,
+}
+
+impl TableShape {
+    /// The columns `migrate` may add to an existing table that lacks them: the regular
+    /// (non-key) columns, which CQL always allows to be null.
+    pub fn addable_columns(&self) -> impl Iterator<Item = &(String, String)> {
+        self.columns.iter().filter(|(name, _)| !self.key.contains(name))
+    }
+}
+
+/// Splits at top-level commas (not inside `(...)` or `<...>`).
+fn split_top_level(body: &str) -> Vec<&str> {
+    let (mut depth, mut start, mut parts) = (0i32, 0, Vec::new());
+    for (i, c) in body.char_indices() {
+        match c {
+            '(' | '<' => depth += 1,
+            ')' | '>' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(body[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(body[start..].trim());
+    parts.into_iter().filter(|p| !p.is_empty()).collect()
+}
+
+/// Reads a `CREATE TABLE IF NOT EXISTS <ks>.<name> (<col> <type>, ..., PRIMARY KEY (...)) ...`
+/// statement back into its shape; `None` when it is not of that form.
+pub fn table_shape(ddl: &str) -> Option<TableShape> {
+    let after = ddl.split_once("IF NOT EXISTS ")?.1;
+    let open = after.find('(')?;
+    let name = after[..open].trim().rsplit('.').next()?.to_owned();
+    let mut depth = 0;
+    let close = after[open..].char_indices().find_map(|(i, c)| {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+        (depth == 0).then_some(open + i)
+    })?;
+    let (mut columns, mut key) = (Vec::new(), Vec::new());
+    for item in split_top_level(&after[open + 1..close]) {
+        if let Some(pk) = item.strip_prefix("PRIMARY KEY") {
+            key = pk.split([',', '(', ')']).map(str::trim).filter(|k| !k.is_empty()).map(str::to_owned).collect();
+        } else {
+            let (col, ty) = item.split_once(char::is_whitespace)?;
+            columns.push((col.to_owned(), ty.trim().to_owned()));
+        }
+    }
+    (!key.is_empty() && key.iter().all(|k| columns.iter().any(|(c, _)| c == k))).then_some(TableShape {
+        name,
+        columns,
+        key,
+    })
+}
+
 /// Which CQL server answers: the DDL differs (`TABLETS` is a syntax error on Cassandra).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Flavour {
@@ -223,5 +292,28 @@ mod tests {
         assert_eq!(hour_bucket(HOUR_MILLIS - 1), 0);
         assert_eq!(hour_bucket(HOUR_MILLIS), 1);
         assert_eq!(hour_bucket(-1), -1);
+    }
+
+    #[test]
+    fn every_table_reads_back_into_its_shape() {
+        let ddl: Vec<String> =
+            create_tables("ks").into_iter().chain(crate::scylla::mailbox::mailbox_table_ddl("ks")).collect();
+        for stmt in &ddl {
+            let shape = table_shape(stmt).unwrap_or_else(|| panic!("unreadable DDL: {stmt}"));
+            assert!(!shape.key.is_empty() && shape.columns.len() > shape.key.len() - 1, "{shape:?}");
+        }
+        let commit = table_shape(&create_tables("ks")[0]).unwrap();
+        assert_eq!(commit.name, "message_commit");
+        assert_eq!(commit.key, vec!["tenant_id", "sender_id", "client_message_id"]);
+        let addable: Vec<&str> = commit.addable_columns().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(addable, vec!["request_blob", "commit_blob", "state", "created_at", "committed_at"]);
+        assert!(commit.columns.contains(&("committed_at".to_owned(), "bigint".to_owned())));
+    }
+
+    #[test]
+    fn malformed_ddl_has_no_shape() {
+        assert_eq!(table_shape("CREATE TABLE t (a int)"), None, "no IF NOT EXISTS");
+        assert_eq!(table_shape("CREATE TABLE IF NOT EXISTS ks.t (a int)"), None, "no primary key");
+        assert_eq!(table_shape("CREATE TABLE IF NOT EXISTS ks.t (a int, PRIMARY KEY (b))"), None, "key not a column");
     }
 }
