@@ -12,6 +12,7 @@
 //! Tests use fresh tenant ids and shard ids, so backends that share one server between tests do
 //! not collide.
 
+pub mod differential;
 pub mod fixtures;
 pub mod mailbox;
 pub mod message;
