@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::codec::validate_group;
+use crate::codec::{decode_event_group, validate_group};
 use crate::error::{StoreError, StoreResult};
-use crate::ids::{MessageId, TenantId, UserId, MILLIS_PER_DAY};
-use crate::mailbox::{EventGroup, MailboxEntry, MailboxPage, MailboxSeq};
+use crate::ids::{MessageId, TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
+use crate::mailbox::{DispatchManifest, EventGroup, MailboxEntry, MailboxPage, MailboxSeq, ShardEpoch};
 use crate::message::{Commit, CommitKey, CommitRequest, CommitState, MAX_PAYLOAD_BYTES};
 
 /// `commit <tenant>/<sender>/<client id>`, the prefix of every commit error.
@@ -105,4 +105,39 @@ pub(crate) fn range_preamble(
         return Ok(Some(MailboxPage { groups: Vec::new(), covered: after }));
     }
     Ok(None)
+}
+
+/// What `begin_dispatch` checks before touching storage: a valid manifest, and the canonical seq
+/// a first observation at `observed_offset` of `epoch` would get.
+pub(crate) fn dispatch_seq(
+    epoch: ShardEpoch,
+    manifest: &DispatchManifest,
+    observed_offset: u64,
+) -> StoreResult<MailboxSeq> {
+    manifest.validate().map_err(StoreError::InvalidInput)?;
+    MailboxSeq::from_offset(epoch, observed_offset)
+        .ok_or_else(|| StoreError::InvalidInput(format!("offset {observed_offset} is beyond the mailbox seq range")))
+}
+
+/// A stored group as `range_scan` may return it: decodable, at the position it was read from,
+/// and not expired at `now` (an expired group above the expired-gap boundary means a bucket
+/// proof failed to cover it: fail closed).
+pub(crate) fn accept_group(
+    bytes: &[u8],
+    seq: MailboxSeq,
+    tenant: TenantId,
+    user: UserId,
+    now: UnixMillis,
+) -> StoreResult<EventGroup> {
+    let group = decode_event_group(bytes)?;
+    if group.seq != seq || group.tenant != tenant || group.user != user {
+        return Err(StoreError::CorruptEntry(format!(
+            "mailbox group at {seq} belongs to {} at {}",
+            group.user, group.seq
+        )));
+    }
+    if group.expires_at <= now {
+        return Err(StoreError::CorruptEntry(format!("expired mailbox group at {seq} above the expired-gap boundary")));
+    }
+    Ok(group)
 }

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::lock;
 use crate::clock::Clock;
-use crate::codec::{decode_event_group, encode_event_group, encode_manifest, RetentionLedger};
+use crate::codec::{encode_event_group, encode_manifest, RetentionLedger};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UserId};
 use crate::mailbox::{
@@ -145,10 +145,7 @@ impl MailboxStore for MemoryMailboxStore {
         manifest: &DispatchManifest,
         observed_offset: u64,
     ) -> StoreResult<DispatchReceipt> {
-        manifest.validate().map_err(StoreError::InvalidInput)?;
-        let seq = MailboxSeq::from_offset(epoch, observed_offset).ok_or_else(|| {
-            StoreError::InvalidInput(format!("offset {observed_offset} is beyond the mailbox seq range"))
-        })?;
+        let seq = crate::rules::dispatch_seq(epoch, manifest, observed_offset)?;
         let bytes = encode_manifest(manifest);
         let now = self.clock.now().0;
         let mut inner = lock(&self.inner);
@@ -287,19 +284,7 @@ impl MailboxStore for MemoryMailboxStore {
             .into_iter()
             .flat_map(|m| m.range((std::ops::Bound::Excluded(after), std::ops::Bound::Included(up_to))))
         {
-            let group = decode_event_group(bytes)?;
-            if group.seq != *seq || group.tenant != tenant || group.user != user {
-                return Err(StoreError::CorruptEntry(format!(
-                    "mailbox group at {seq} belongs to {} at {}",
-                    group.user, group.seq
-                )));
-            }
-            if group.expires_at <= now {
-                // Unreachable while every bucket's proof covers its entries: fail closed.
-                return Err(StoreError::CorruptEntry(format!(
-                    "expired mailbox group at {seq} above the expired-gap boundary"
-                )));
-            }
+            let group = crate::rules::accept_group(bytes, *seq, tenant, user, now)?;
             items += group.events.len();
             groups.push(group);
             if items >= max_items {

@@ -26,10 +26,7 @@ impl RedisMailboxStore {
         manifest: &DispatchManifest,
         observed_offset: u64,
     ) -> StoreResult<DispatchReceipt> {
-        manifest.validate().map_err(StoreError::InvalidInput)?;
-        let seq = MailboxSeq::from_offset(epoch, observed_offset).ok_or_else(|| {
-            StoreError::InvalidInput(format!("offset {observed_offset} is beyond the mailbox seq range"))
-        })?;
+        let seq = crate::rules::dispatch_seq(epoch, manifest, observed_offset)?;
         let bytes = encode_manifest(manifest);
         let now = self.clock.now().0;
         let keys = self.shard_keys(manifest.id.shard);

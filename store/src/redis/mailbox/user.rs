@@ -14,7 +14,7 @@ use redis::Value;
 use super::keys::{seq8, UserKeys};
 use super::reply::{bulk, status};
 use super::{redis_err, COMMIT, MAX_ATTEMPTS, SCAN, TRIM};
-use crate::codec::{decode_event_group, encode_event_group, RetentionLedger};
+use crate::codec::{encode_event_group, RetentionLedger};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
 use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
@@ -321,18 +321,7 @@ pub(super) async fn scan(
                 let bytes = bulk(blob).ok_or_else(|| {
                     StoreError::CorruptEntry(format!("mailbox group at {seq} is indexed but has no blob"))
                 })?;
-                let group = decode_event_group(&bytes)?;
-                if group.seq != seq || group.tenant != tenant || group.user != user {
-                    return Err(StoreError::CorruptEntry(format!(
-                        "mailbox group at {seq} belongs to {} at {}",
-                        group.user, group.seq
-                    )));
-                }
-                if group.expires_at <= now {
-                    return Err(StoreError::CorruptEntry(format!(
-                        "expired mailbox group at {seq} above the expired-gap boundary"
-                    )));
-                }
+                let group = crate::rules::accept_group(&bytes, seq, tenant, user, now)?;
                 items += group.events.len();
                 cursor = seq;
                 groups.push(group);

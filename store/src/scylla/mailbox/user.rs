@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use super::{db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, PROOF_TTL_SLACK_SECS};
-use crate::codec::{decode_event_group, encode_event_group, i64_to_u64, u64_to_i64, RetentionLedger};
+use crate::codec::{encode_event_group, i64_to_u64, u64_to_i64, RetentionLedger};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UnixMillis, UserId};
 use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
@@ -411,19 +411,7 @@ impl ScyllaMailboxStore {
                 let seq = seq_from("mailbox seq", raw_seq)?;
                 let bytes =
                     bytes.ok_or_else(|| StoreError::CorruptEntry(format!("mailbox group at {seq} has no bytes")))?;
-                let group = decode_event_group(&bytes)?;
-                if group.seq != seq || group.tenant != tenant || group.user != user {
-                    return Err(StoreError::CorruptEntry(format!(
-                        "mailbox group at {seq} belongs to {} at {}",
-                        group.user, group.seq
-                    )));
-                }
-                if group.expires_at <= now {
-                    // Unreachable while every bucket's proof covers its entries: fail closed.
-                    return Err(StoreError::CorruptEntry(format!(
-                        "expired mailbox group at {seq} above the expired-gap boundary"
-                    )));
-                }
+                let group = crate::rules::accept_group(&bytes, seq, tenant, user, now)?;
                 items += group.events.len();
                 cursor = seq;
                 groups.push(group);
