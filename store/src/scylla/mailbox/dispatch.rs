@@ -1,6 +1,5 @@
 //! Dispatch bookkeeping without LWT: first receipts by decreasing write timestamps, observations,
-//! chunk completions, the shard's source log, lane watermarks by increasing write timestamps, GC
-//! markers.
+//! chunk completions and the shard's source log (watermarks and GC: [`super::watermark`]).
 //!
 //! Every dispatch row carries a *generation*: GC marks a generation collected, and a dispatch
 //! observed again afterwards starts the next generation (a first receipt whose write timestamp
@@ -8,36 +7,35 @@
 //! generation, so a collected generation's rows, kept until their TTL, are never read again: the
 //! store answers exactly as if they were gone.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::{
-    db, first, first_wins_timestamp, highest_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS,
-    MAX_GENERATION, SOURCE_BUCKET_BITS,
+    db, first, first_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS, MAX_GENERATION, SOURCE_BUCKET_BITS,
 };
 use crate::codec::{decode_manifest, encode_manifest, i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::mailbox::{
-    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
-    MailboxSeq, ShardEpoch, ShardId, LANES,
+    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, MailboxEntry, MailboxSeq,
+    ShardEpoch, ShardId, LANES,
 };
 
 /// Source rows read per query.
-const SOURCE_PAGE: usize = 1_000;
+pub(super) const SOURCE_PAGE: usize = 1_000;
 /// Most sources one `gc_completed_dispatches` call inspects.
-const GC_SCAN_CAP: usize = 100_000;
+pub(super) const GC_SCAN_CAP: usize = 100_000;
 
 type LaneChunks = [u32; LANES as usize];
 
-fn not_begun(id: &DispatchId) -> StoreError {
+pub(super) fn not_begun(id: &DispatchId) -> StoreError {
     StoreError::NotFound(format!("dispatch {}/{} was never begun", id.message_id, id.shard.0))
 }
 
-fn shard_i(shard: ShardId) -> i32 {
+pub(super) fn shard_i(shard: ShardId) -> i32 {
     i32::from(shard.0)
 }
 
-fn bucket_of(offset: u64) -> i64 {
+pub(super) fn bucket_of(offset: u64) -> i64 {
     // Offsets are below 2^63 (checked by `u64_to_i64` before use), so the bucket fits.
     (offset >> SOURCE_BUCKET_BITS) as i64
 }
@@ -62,11 +60,11 @@ fn parse_lane_chunks(id: &DispatchId, blob: &[u8]) -> StoreResult<LaneChunks> {
 }
 
 /// The first receipt of a dispatch's current generation as stored.
-struct Head {
-    canonical: u64,
-    seq: MailboxSeq,
-    lane_chunks: LaneChunks,
-    generation: i32,
+pub(super) struct Head {
+    pub(super) canonical: u64,
+    pub(super) seq: MailboxSeq,
+    pub(super) lane_chunks: LaneChunks,
+    pub(super) generation: i32,
 }
 
 type DispatchRow = (Option<Vec<u8>>, Option<i64>, Option<i64>, Option<Vec<u8>>, Option<i32>);
@@ -100,7 +98,7 @@ impl ScyllaMailboxStore {
     }
 
     /// The first receipt without the manifest (of whatever generation is stored).
-    async fn dispatch_head(&self, id: &DispatchId) -> StoreResult<Option<Head>> {
+    pub(super) async fn dispatch_head(&self, id: &DispatchId) -> StoreResult<Option<Head>> {
         let result = self
             .session()
             .execute_unpaged(&self.st().dispatch_head, (shard_i(id.shard), &id.message_id.0[..]))
@@ -120,14 +118,14 @@ impl ScyllaMailboxStore {
     }
 
     /// The first receipt of a dispatch's live (not collected) generation.
-    async fn live_head(&self, id: &DispatchId) -> StoreResult<Option<Head>> {
+    pub(super) async fn live_head(&self, id: &DispatchId) -> StoreResult<Option<Head>> {
         let Some(head) = self.dispatch_head(id).await? else { return Ok(None) };
         let collected = self.collected_generation(id).await?;
         Ok((collected < Some(head.generation)).then_some(head))
     }
 
     /// The dispatch (message id, generation) observed at `offset` of `shard`, if any.
-    async fn source_at(&self, shard: ShardId, offset: u64) -> StoreResult<Option<(Vec<u8>, i32)>> {
+    pub(super) async fn source_at(&self, shard: ShardId, offset: u64) -> StoreResult<Option<(Vec<u8>, i32)>> {
         let off = u64_to_i64("observed offset", offset)?;
         let result = self
             .session()
@@ -145,7 +143,7 @@ impl ScyllaMailboxStore {
     }
 
     /// Whether the source `(mid, generation)` belongs to a collected generation (forgotten).
-    async fn forgotten(&self, shard: ShardId, mid: &[u8], generation: i32) -> StoreResult<bool> {
+    pub(super) async fn forgotten(&self, shard: ShardId, mid: &[u8], generation: i32) -> StoreResult<bool> {
         let owner = Self::dispatch_id(shard, mid)?;
         Ok(self.collected_generation(&owner).await?.is_some_and(|c| c >= generation))
     }
@@ -337,7 +335,11 @@ impl ScyllaMailboxStore {
     }
 
     /// `(max observed offset, last observation ms)` of one generation's observation rows.
-    async fn observations(&self, id: &DispatchId, generation: i32) -> StoreResult<(Option<u64>, Option<i64>)> {
+    pub(super) async fn observations(
+        &self,
+        id: &DispatchId,
+        generation: i32,
+    ) -> StoreResult<(Option<u64>, Option<i64>)> {
         let result = self
             .session()
             .execute_unpaged(&self.st().obs_select, (shard_i(id.shard), &id.message_id.0[..], generation))
@@ -353,7 +355,13 @@ impl ScyllaMailboxStore {
     }
 
     /// Completed chunks of one lane (distinct indexes below the lane's chunk count).
-    async fn lane_done(&self, id: &DispatchId, generation: i32, lane: LaneId, need: u32) -> StoreResult<u32> {
+    pub(super) async fn lane_done(
+        &self,
+        id: &DispatchId,
+        generation: i32,
+        lane: LaneId,
+        need: u32,
+    ) -> StoreResult<u32> {
         let result = self
             .session()
             .execute_unpaged(
@@ -428,191 +436,5 @@ impl ScyllaMailboxStore {
             max_observed_offset,
             completed,
         }))
-    }
-
-    pub(super) async fn watermark(&self, shard: ShardId, lane: LaneId) -> StoreResult<LaneWatermark> {
-        let result = self
-            .session()
-            .execute_unpaged(&self.st().wm_select_lane, (shard_i(shard), i32::from(lane.get())))
-            .await
-            .map_err(db("reading a lane watermark"))?;
-        let through = first::<(Option<i64>,)>(result, "lane watermark")?
-            .and_then(|(t,)| t)
-            .map(|t| i64_to_u64("watermark", t))
-            .transpose()?;
-        Ok(LaneWatermark { shard, lane, through })
-    }
-
-    /// Every source `(offset, dispatch message id, generation)` of `shard` with
-    /// `after < offset <= through` (`after = None`: from the start), ascending, at most `cap`.
-    async fn sources(
-        &self,
-        shard: ShardId,
-        after: Option<u64>,
-        through: u64,
-        cap: usize,
-    ) -> StoreResult<Vec<(u64, Vec<u8>, i32)>> {
-        let upper = u64_to_i64("offset", through)?;
-        let from_bucket = after.map_or(0, bucket_of);
-        let result = self
-            .session()
-            .execute_unpaged(&self.st().source_bucket_range, (shard_i(shard), from_bucket, bucket_of(through)))
-            .await
-            .map_err(db("reading source buckets"))?;
-        let buckets = rows::<(i64,)>(result, "source bucket")?;
-        let mut out = Vec::new();
-        for (bucket,) in buckets {
-            let mut lower = match after {
-                Some(a) => u64_to_i64("offset", a)?,
-                None => -1,
-            };
-            loop {
-                let result = self
-                    .session()
-                    .execute_unpaged(
-                        &self.st().source_range,
-                        (shard_i(shard), bucket, lower, upper, SOURCE_PAGE as i32),
-                    )
-                    .await
-                    .map_err(db("reading dispatch sources"))?;
-                let page = rows::<(i64, Option<Vec<u8>>, Option<i32>)>(result, "dispatch source")?;
-                let n = page.len();
-                for (offset, mid, generation) in page {
-                    lower = offset;
-                    let (Some(mid), Some(generation)) = (mid, generation) else {
-                        return Err(StoreError::CorruptEntry(format!(
-                            "source offset {offset} of shard {} is incomplete",
-                            shard.0
-                        )));
-                    };
-                    out.push((i64_to_u64("offset", offset)?, mid, generation));
-                    if out.len() >= cap {
-                        return Ok(out);
-                    }
-                }
-                if n < SOURCE_PAGE {
-                    break;
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    fn dispatch_id(shard: ShardId, mid: &[u8]) -> StoreResult<DispatchId> {
-        let bytes: [u8; 16] = mid
-            .try_into()
-            .map_err(|_| StoreError::CorruptEntry(format!("a source of shard {} holds a bad dispatch id", shard.0)))?;
-        Ok(DispatchId { message_id: crate::ids::MessageId(bytes), shard })
-    }
-
-    pub(super) async fn advance(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
-        let current = self.watermark(shard, lane).await?;
-        if current.through.is_some_and(|w| through <= w) {
-            return Ok(current);
-        }
-        let observed = match self.source_at(shard, through).await? {
-            Some((mid, generation)) => !self.forgotten(shard, &mid, generation).await?,
-            None => false,
-        };
-        if !observed {
-            return Err(StoreError::InvalidInput(format!(
-                "no dispatch was observed at offset {through} of shard {}",
-                shard.0
-            )));
-        }
-        // Per (dispatch, generation): `None` when forgotten, else whether the lane is complete.
-        let mut known: HashMap<(Vec<u8>, i32), Option<bool>> = HashMap::new();
-        for (offset, mid, generation) in self.sources(shard, current.through, through, usize::MAX).await? {
-            let key = (mid, generation);
-            let state = match known.get(&key) {
-                Some(state) => *state,
-                None => {
-                    let id = Self::dispatch_id(shard, &key.0)?;
-                    let state = if self.forgotten(shard, &key.0, generation).await? {
-                        None
-                    } else {
-                        let head =
-                            self.dispatch_head(&id).await?.filter(|h| h.generation == generation).ok_or_else(|| {
-                                StoreError::CorruptEntry(format!(
-                                    "source offset {offset} of shard {} names dispatch {} which is gone",
-                                    shard.0, id.message_id
-                                ))
-                            })?;
-                        let need = head.lane_chunks[lane.get() as usize];
-                        Some(need == 0 || self.lane_done(&id, generation, lane, need).await? >= need)
-                    };
-                    known.insert(key, state);
-                    state
-                }
-            };
-            if state == Some(false) {
-                return Err(StoreError::Conflict(format!(
-                    "lane {} of shard {} is incomplete at offset {offset}",
-                    lane.get(),
-                    shard.0
-                )));
-            }
-        }
-        let t = u64_to_i64("watermark", through)?;
-        self.session()
-            .execute_unpaged(
-                &self.st().wm_update,
-                (highest_wins_timestamp(t), t, shard_i(shard), i32::from(lane.get())),
-            )
-            .await
-            .map_err(db("advancing a lane watermark"))?;
-        Ok(LaneWatermark { shard, lane, through: Some(through) })
-    }
-
-    pub(super) async fn gc(&self, shard: ShardId, seen_before_millis: i64, limit: usize) -> StoreResult<usize> {
-        if limit == 0 {
-            return Ok(0);
-        }
-        let result = self
-            .session()
-            .execute_unpaged(&self.st().wm_select_all, (shard_i(shard),))
-            .await
-            .map_err(db("reading lane watermarks"))?;
-        let mut floor: Option<u64> = None;
-        let mut lanes = 0usize;
-        for (lane, through) in rows::<(i32, Option<i64>)>(result, "lane watermark")? {
-            let Some(through) = through else { continue };
-            if !(0..i32::from(LANES)).contains(&lane) {
-                continue;
-            }
-            let through = i64_to_u64("watermark", through)?;
-            floor = Some(floor.map_or(through, |f| f.min(through)));
-            lanes += 1;
-        }
-        let Some(floor) = floor.filter(|_| lanes == LANES as usize) else {
-            return Ok(0);
-        };
-        let mut seen = BTreeSet::new();
-        let mut collected = 0usize;
-        for (_, mid, _) in self.sources(shard, None, floor, GC_SCAN_CAP).await? {
-            if !seen.insert(mid.clone()) {
-                continue;
-            }
-            let id = Self::dispatch_id(shard, &mid)?;
-            let Some(head) = self.live_head(&id).await? else { continue };
-            let (max_obs, last_seen) = self.observations(&id, head.generation).await?;
-            let max_observed = max_obs.map_or(head.canonical, |m| m.max(head.canonical));
-            if max_observed > floor || last_seen.is_none_or(|s| s >= seen_before_millis) {
-                continue;
-            }
-            let g = head.generation;
-            self.session()
-                .execute_unpaged(
-                    &self.st().collected_insert,
-                    (shard_i(shard), &mid, g, DISPATCH_TTL_SECS, highest_wins_timestamp(i64::from(g))),
-                )
-                .await
-                .map_err(db("writing a dispatch GC marker"))?;
-            collected += 1;
-            if collected >= limit {
-                break;
-            }
-        }
-        Ok(collected)
     }
 }

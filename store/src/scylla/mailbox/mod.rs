@@ -123,6 +123,7 @@ mod dispatch;
 mod schema;
 mod statements;
 mod user;
+mod watermark;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
