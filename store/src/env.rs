@@ -48,6 +48,11 @@ pub const STORE_ENV: &[EnvVar] = &[
         doc: "Replication factor in the local DC; production refuses less than 3.",
     },
     EnvVar {
+        name: "QIM_SCYLLA_DEV_SINGLE_NODE",
+        default: Some("false"),
+        doc: "`true` allows `QIM_SCYLLA_RF` 1 or 2 on a single-node development cluster; never in production.",
+    },
+    EnvVar {
         name: "QIM_DEFAULT_HISTORY_RETENTION_DAYS",
         default: Some("30"),
         doc: "History retention of `default` messages in days, 1..=3650 (ADR-0019).",

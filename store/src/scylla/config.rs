@@ -21,6 +21,8 @@ pub const KEYSPACE_VAR: &str = "QIM_SCYLLA_KEYSPACE";
 pub const DC_VAR: &str = "QIM_SCYLLA_DC";
 /// Production replication factor variable.
 pub const RF_VAR: &str = "QIM_SCYLLA_RF";
+/// `true` lets production settings use RF 1 or 2, for a single-node development cluster only.
+pub const DEV_SINGLE_NODE_VAR: &str = "QIM_SCYLLA_DEV_SINGLE_NODE";
 /// Test contact points (default `127.0.0.1:9042`).
 pub const TEST_HOSTS_VAR: &str = "QIM_TEST_SCYLLA_HOSTS";
 /// Test keyspace (default: a fresh `qim_test_<pid>_<nanos>`).
@@ -93,6 +95,16 @@ fn rf(var: &'static str, raw: &str, min: u32) -> Result<u32, ScyllaConfigError> 
     Ok(rf)
 }
 
+/// The lowest RF production settings accept: 3, or 1 when a single-node development cluster is
+/// declared explicitly.
+fn min_rf(dev_single_node: &str) -> Result<u32, ScyllaConfigError> {
+    match dev_single_node.trim() {
+        "" | "false" => Ok(MIN_PRODUCTION_RF),
+        "true" => Ok(1),
+        other => Err(err(DEV_SINGLE_NODE_VAR, format!("{other:?} is not `true` or `false`"))),
+    }
+}
+
 fn dc(var: &'static str, raw: &str) -> Result<String, ScyllaConfigError> {
     let dc = raw.trim();
     if dc.is_empty() {
@@ -124,7 +136,7 @@ impl ScyllaConfig {
             hosts: hosts(HOSTS_VAR, &get(HOSTS_VAR))?,
             keyspace: keyspace(KEYSPACE_VAR, &get(KEYSPACE_VAR))?,
             local_dc: dc(DC_VAR, &get(DC_VAR))?,
-            replication_factor: rf(RF_VAR, &get(RF_VAR), MIN_PRODUCTION_RF)?,
+            replication_factor: rf(RF_VAR, &get(RF_VAR), min_rf(&get(DEV_SINGLE_NODE_VAR))?)?,
         })
     }
 
@@ -258,5 +270,15 @@ mod tests {
     fn test_config_ignores_production_variables() {
         let c = ScyllaConfig::test_from(vars(&with(&[(RF_VAR, "1"), (KEYSPACE_VAR, "prod")]))).unwrap();
         assert_ne!(c.keyspace, "prod");
+    }
+
+    #[test]
+    fn a_declared_single_node_development_cluster_may_use_rf_one() {
+        let dev = ScyllaConfig::production_from(vars(&[(RF_VAR, "1"), (DEV_SINGLE_NODE_VAR, "true")])).unwrap();
+        assert_eq!(dev.replication_factor, 1);
+        let e = ScyllaConfig::production_from(vars(&[(RF_VAR, "1"), (DEV_SINGLE_NODE_VAR, "false")])).unwrap_err();
+        assert_eq!(e.var, RF_VAR);
+        let e = ScyllaConfig::production_from(vars(&[(DEV_SINGLE_NODE_VAR, "yes")])).unwrap_err();
+        assert_eq!(e.var, DEV_SINGLE_NODE_VAR);
     }
 }
