@@ -38,7 +38,9 @@ pub const fn hour_bucket(millis: i64) -> i64 {
 }
 
 /// The `CREATE TABLE IF NOT EXISTS` statements, fully qualified with `keyspace` (already
-/// validated by [`super::config::validate_keyspace`]), in [`TABLES`] order.
+/// validated by [`super::config::validate_keyspace`]), in [`TABLES`] order. Tables written only
+/// with TTLs and same-value upserts (never a delete or a null) get a short `gc_grace_seconds`:
+/// their expired cells need no repair window, and long-lived tombstones would slow reads.
 pub fn create_tables(keyspace: &str) -> Vec<String> {
     let bodies = [
         "message_commit (tenant_id blob, sender_id blob, client_message_id text, request_blob blob, \
@@ -47,13 +49,13 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
         "conversation_sequence (tenant_id blob, conversation_id blob, last_seq bigint, \
          PRIMARY KEY ((tenant_id, conversation_id)))",
         "message_record (tenant_id blob, conversation_id blob, seq_bucket bigint, conversation_seq bigint, \
-         record_blob blob, PRIMARY KEY ((tenant_id, conversation_id, seq_bucket), conversation_seq))",
+         record_blob blob, PRIMARY KEY ((tenant_id, conversation_id, seq_bucket), conversation_seq)) WITH gc_grace_seconds = 3600",
         "history_index (tenant_id blob, conversation_id blob, conversation_seq bigint, expires_at bigint, \
-         PRIMARY KEY ((tenant_id, conversation_id), conversation_seq))",
+         PRIMARY KEY ((tenant_id, conversation_id), conversation_seq)) WITH gc_grace_seconds = 3600",
         "commit_recovery (hour_bucket bigint, created_at bigint, tenant_id blob, sender_id blob, \
-         client_message_id text, PRIMARY KEY ((hour_bucket), created_at, tenant_id, sender_id, client_message_id))",
+         client_message_id text, PRIMARY KEY ((hour_bucket), created_at, tenant_id, sender_id, client_message_id)) WITH gc_grace_seconds = 3600",
         "history_expiry (hour_bucket bigint, expires_at bigint, tenant_id blob, conversation_id blob, \
-         conversation_seq bigint, PRIMARY KEY ((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq))",
+         conversation_seq bigint, PRIMARY KEY ((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)) WITH gc_grace_seconds = 3600",
     ];
     bodies.iter().map(|b| format!("CREATE TABLE IF NOT EXISTS {keyspace}.{b}")).collect()
 }

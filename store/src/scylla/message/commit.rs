@@ -36,6 +36,11 @@ pub(super) const fn state_code(state: CommitState) -> i32 {
 /// The auxiliary TTL in whole seconds (2 h).
 pub(super) const AUX_TTL_SECS: i32 = (COMMIT_AUX_TTL_MILLIS / 1000) as i32;
 
+/// The server TTL of a COMMITTED commit row: the auxiliary TTL plus an hour of slack, because the
+/// server counts from its own write time. Whether the window is still open is decided on the
+/// injected clock (`committed_at` + 2 h); a row outliving it is taken over like an expired one.
+pub(super) const COMMITTED_ROW_TTL_SECS: i32 = AUX_TTL_SECS + 3_600;
+
 /// What a commit row says.
 pub(super) enum Found {
     /// No row.
@@ -159,7 +164,7 @@ impl ScyllaMessageStore {
             let committed_at = next.committed_at.map(|at| at.0);
             let request_blob = encode_request(&next.intent.request);
             let values = (
-                AUX_TTL_SECS,
+                COMMITTED_ROW_TTL_SECS,
                 &request_blob,
                 &blob,
                 state_code(next.state),
