@@ -184,7 +184,34 @@ impl ScyllaMessageStore {
         if !outcome.applied() {
             return Err(conflict(key, format!("the state is no longer {}", from.as_str())));
         }
+        if next.state == CommitState::Committed {
+            self.expire_commit_row(key, &next, &blob).await?;
+        }
         Ok(next)
+    }
+
+    /// Rewrites a COMMITTED commit as a whole row with its TTL, so the reserve INSERT's row marker
+    /// (which carries no TTL) expires with the columns instead of leaving a key-only row forever.
+    /// Same values as the LWT just stored; if this write fails the commit is still COMMITTED and a
+    /// key-only row may remain, which reads as absent and is taken over on reuse.
+    async fn expire_commit_row(&self, key: &CommitKey, committed: &Commit, blob: &[u8]) -> StoreResult<()> {
+        let (t, s, c) = key_values(key);
+        let request_blob = encode_request(&committed.intent.request);
+        let values = (
+            t,
+            s,
+            c,
+            &request_blob,
+            blob,
+            state_code(committed.state),
+            committed.intent.created_at.0,
+            committed.committed_at.map(|at| at.0),
+            COMMITTED_ROW_TTL_SECS,
+        );
+        self.inner.session.execute_unpaged(&self.inner.st.commit_row_ttl, values).await.map_err(|e| {
+            unavailable(format!("{} is COMMITTED; giving its row the auxiliary TTL failed", describe(key)), e)
+        })?;
+        Ok(())
     }
 
     pub(super) async fn mark_outbox_published_impl(

@@ -25,6 +25,7 @@ pub(super) struct Statements {
     pub takeover_commit: PreparedStatement,
     pub advance_commit: PreparedStatement,
     pub finish_commit: PreparedStatement,
+    pub commit_row_ttl: PreparedStatement,
     pub insert_recovery: PreparedStatement,
     pub scan_recovery: PreparedStatement,
     pub init_seq: PreparedStatement,
@@ -121,6 +122,18 @@ impl Statements {
                 format!(
                     "UPDATE {ks}.message_commit USING TTL ? SET request_blob = ?, commit_blob = ?, state = ?, \
                      created_at = ?, committed_at = ? WHERE {COMMIT_KEY} IF state = ?"
+                ),
+            )
+            .await?,
+            // After the COMMITTED LWT: the same values as a whole row with the TTL, so the row
+            // marker the reserve INSERT left (no TTL) expires with the columns (seed 000: never
+            // `UPDATE ... USING TTL` alone on rows that must vanish whole).
+            commit_row_ttl: prepare(
+                session,
+                Upsert,
+                format!(
+                    "INSERT INTO {ks}.message_commit (tenant_id, sender_id, client_message_id, request_blob, \
+                     commit_blob, state, created_at, committed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
                 ),
             )
             .await?,
