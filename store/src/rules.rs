@@ -8,7 +8,7 @@ use crate::codec::{decode_event_group, validate_group};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{MessageId, TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
 use crate::mailbox::{DispatchManifest, EventGroup, MailboxEntry, MailboxPage, MailboxSeq, ShardEpoch};
-use crate::message::{Commit, CommitKey, CommitRequest, CommitState, MAX_PAYLOAD_BYTES};
+use crate::message::{Commit, CommitKey, CommitRequest, CommitState, Publication, MAX_PAYLOAD_BYTES};
 
 /// `commit <tenant>/<sender>/<client id>`, the prefix of every commit error.
 pub(crate) fn describe(key: &CommitKey) -> String {
@@ -47,6 +47,17 @@ pub(crate) fn check_request(request: &CommitRequest) -> StoreResult<()> {
         return Err(StoreError::InvalidInput(format!(
             "payload of {} bytes exceeds {MAX_PAYLOAD_BYTES}",
             request.payload.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Kafka coordinates are never negative.
+pub(crate) fn check_publication(publication: Publication) -> StoreResult<()> {
+    if publication.partition < 0 || publication.offset < 0 {
+        return Err(StoreError::InvalidInput(format!(
+            "publication {}/{} is negative",
+            publication.partition, publication.offset
         )));
     }
     Ok(())

@@ -157,12 +157,7 @@ impl MessageStore for MemoryMessageStore {
         message_id: MessageId,
         publication: Publication,
     ) -> StoreResult<Commit> {
-        if publication.partition < 0 || publication.offset < 0 {
-            return Err(StoreError::InvalidInput(format!(
-                "publication {}/{} is negative",
-                publication.partition, publication.offset
-            )));
-        }
+        crate::rules::check_publication(publication)?;
         let mut inner = lock(&self.inner);
         let entry = stored(&mut inner, key)?;
         expect_message(key, &entry.commit, message_id)?;

@@ -343,12 +343,7 @@ impl MessageStore for RedisMessageStore {
         message_id: MessageId,
         publication: Publication,
     ) -> StoreResult<Commit> {
-        if publication.partition < 0 || publication.offset < 0 {
-            return Err(StoreError::InvalidInput(format!(
-                "publication {}/{} is negative",
-                publication.partition, publication.offset
-            )));
-        }
+        crate::rules::check_publication(publication)?;
         let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
         expect_message(key, &stored.commit, message_id)?;
         expect_state(key, &stored.commit, CommitState::Recorded)?;

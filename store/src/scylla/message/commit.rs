@@ -220,12 +220,7 @@ impl ScyllaMessageStore {
         message_id: MessageId,
         publication: Publication,
     ) -> StoreResult<Commit> {
-        if publication.partition < 0 || publication.offset < 0 {
-            return Err(StoreError::InvalidInput(format!(
-                "publication {}/{} is negative",
-                publication.partition, publication.offset
-            )));
-        }
+        crate::rules::check_publication(publication)?;
         let commit = self.live_commit(key).await?;
         expect_message(key, &commit, message_id)?;
         expect_state(key, &commit, CommitState::Recorded)?;
