@@ -1,8 +1,9 @@
 //! qim-store owns every durable fact of the qim pipeline and every versioned encoding.
 //!
 //! - Domain: [`ids`], [`message`], [`mailbox`], [`retention`].
-//! - Encodings: [`codec`] (versioned, canonical, fail-closed).
-//! - Contracts: [`MessageStore`], [`MailboxStore`], [`HistoryAuthorizer`], with errors in
+//! - Encodings: [`codec`] (versioned, canonical, fail-closed); the Kafka wire contract in
+//!   [`topic`].
+//! - Contracts: [`MessageStore`], [`MailboxStore`], [`MembershipStore`], [`HistoryAuthorizer`], with errors in
 //!   [`error`].
 //! - Backends: [`memory`] (the reference model and embedded mode), [`redis`] (the default and
 //!   the hot tier), [`scylla`] (CQL against ScyllaDB, or Apache Cassandra 5 on our machines).
@@ -16,6 +17,7 @@ pub mod error;
 pub mod ids;
 pub mod mailbox;
 mod mailbox_store;
+mod membership_store;
 pub mod memory;
 pub mod message;
 mod message_store;
@@ -25,7 +27,11 @@ mod rules;
 pub mod scylla;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;
+pub mod topic;
 
 pub use error::{ErrorKind, StoreError, StoreResult};
 pub use mailbox_store::MailboxStore;
+pub use membership_store::{
+    all_members, MembershipAuthorizer, MembershipStore, MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL,
+};
 pub use message_store::{GcReport, HistoryAuthorizer, MessageStore, COMMIT_AUX_TTL_MILLIS};

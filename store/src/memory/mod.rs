@@ -6,9 +6,11 @@
 //! works on bytes.
 
 mod mailbox;
+mod membership;
 mod message;
 
 pub use mailbox::MemoryMailboxStore;
+pub use membership::MemoryMembershipStore;
 pub use message::MemoryMessageStore;
 
 use std::sync::{Mutex, MutexGuard};
