@@ -42,6 +42,10 @@ fn check_value(var: &EnvVar, value: &str) -> Result<(), String> {
             Err(_) => Err("must be a whole number of days".to_owned()),
         },
         "QIM_HOT_WINDOW_DAYS" => whole(1, 30),
+        name if name.ends_with("_SECS") => whole(1, 3600),
+        "QIM_REDIS_NAMESPACE" => {
+            crate::redis::RedisConfig { url: String::new(), namespace: value.to_owned() }.validate()
+        }
         "QIM_MAILBOX_SHARDS" => whole(1, 1024),
         "QIM_MAX_BODY_BYTES" => whole(1, crate::message::MAX_PAYLOAD_BYTES as u64),
         "QIM_MAX_IN_FLIGHT_COMMITS" => whole(1, 1_000_000),

@@ -25,6 +25,8 @@ pub mod redis;
 pub mod retention;
 mod rules;
 pub mod scylla;
+#[cfg(feature = "service")]
+pub mod service;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;
 pub mod topic;

@@ -1,6 +1,13 @@
-//! The writer's documented configuration.
+//! The writer's documented configuration, and its validated, typed form.
+
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use qim_store::env::{EnvVar, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_store::redis::RedisConfig;
+use qim_store::retention::RetentionPolicy;
+use qim_store::scylla::ScyllaConfig;
+use qim_store::service::settings::Settings;
 
 /// Variables only the writer reads.
 pub const WRITER_ENV: &[EnvVar] = &[
@@ -19,7 +26,114 @@ pub const WRITER_ENV: &[EnvVar] = &[
         default: Some("1024"),
         doc: "Commits in flight at once; further sends wait.",
     },
+    EnvVar {
+        name: "QIM_RECOVERY_GRACE_SECS",
+        default: Some("30"),
+        doc: "The recovery loop drives commits left unfinished for longer than this (1..=3600).",
+    },
+    EnvVar {
+        name: "QIM_RECOVERY_INTERVAL_SECS",
+        default: Some("5"),
+        doc: "How often the writer's recovery loop scans for unfinished commits (1..=3600).",
+    },
+    EnvVar {
+        name: "QIM_REDIS_NAMESPACE",
+        default: Some("qim"),
+        doc: "Prefix of every Redis key; `[A-Za-z0-9_.-]`, at most 64 characters.",
+    },
 ];
 
 /// Every variable the writer reads, as documented in the README.
 pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV, WRITER_ENV];
+
+/// Where the writer keeps commit state and history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Redis: the default, and the hot tier.
+    Redis(RedisConfig),
+    /// ScyllaDB / Cassandra.
+    Scylla(ScyllaConfig),
+}
+
+impl Backend {
+    /// `redis` or `scylla`, for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Redis(_) => "redis",
+            Backend::Scylla(_) => "scylla",
+        }
+    }
+}
+
+/// The writer's configuration, validated before anything connects.
+#[derive(Clone, Debug)]
+pub struct WriterConfig {
+    /// The store backend.
+    pub backend: Backend,
+    /// Kafka bootstrap servers.
+    pub kafka_brokers: String,
+    /// The committed-message topic.
+    pub messages_topic: String,
+    /// History retention.
+    pub policy: RetentionPolicy,
+    /// Days the hot tier keeps archived history.
+    pub hot_window_days: u32,
+    /// HTTP listen address.
+    pub http_addr: SocketAddr,
+    /// Largest message body in bytes.
+    pub max_body_bytes: usize,
+    /// Commits in flight at once.
+    pub max_in_flight: usize,
+    /// Commits unfinished for longer than this are driven by the recovery loop.
+    pub recovery_grace: Duration,
+    /// How often the recovery loop runs.
+    pub recovery_interval: Duration,
+    /// Optional bearer token for `/v1`.
+    pub api_token: Option<String>,
+    /// Log filter.
+    pub log: String,
+}
+
+impl WriterConfig {
+    /// Validates and types `settings` (already checked against [`ENVIRONMENT`]).
+    pub fn from_settings(s: &Settings) -> Result<Self, String> {
+        let backend = match s.required("QIM_STORE_BACKEND")? {
+            "redis" => Backend::Redis(RedisConfig {
+                url: s.required("QIM_REDIS_URL")?.to_owned(),
+                namespace: s.required("QIM_REDIS_NAMESPACE")?.to_owned(),
+            }),
+            "scylla" => Backend::Scylla(ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?),
+            other => return Err(format!("QIM_STORE_BACKEND={other:?} must be `redis` or `scylla`")),
+        };
+        if let Backend::Redis(redis) = &backend {
+            redis.validate().map_err(|e| format!("QIM_REDIS_NAMESPACE: {e}"))?;
+        }
+        let policy =
+            RetentionPolicy::from_env_value(s.get("QIM_DEFAULT_HISTORY_RETENTION_DAYS")).map_err(|e| e.to_string())?;
+        let secs = |name: &str| -> Result<Duration, String> {
+            match s.parse::<u64>(name)? {
+                n @ 1..=3600 => Ok(Duration::from_secs(n)),
+                n => Err(format!("{name}={n} must be in 1..=3600")),
+            }
+        };
+        Ok(Self {
+            backend,
+            kafka_brokers: s.required("QIM_KAFKA_BROKERS")?.to_owned(),
+            messages_topic: s.required("QIM_MESSAGES_TOPIC")?.to_owned(),
+            policy,
+            hot_window_days: s.parse("QIM_HOT_WINDOW_DAYS")?,
+            http_addr: s.parse("QIM_WRITER_HTTP_ADDR")?,
+            max_body_bytes: s.parse("QIM_MAX_BODY_BYTES")?,
+            max_in_flight: s.parse("QIM_MAX_IN_FLIGHT_COMMITS")?,
+            recovery_grace: secs("QIM_RECOVERY_GRACE_SECS")?,
+            recovery_interval: secs("QIM_RECOVERY_INTERVAL_SECS")?,
+            api_token: s.get("QIM_API_TOKEN").filter(|t| !t.is_empty()).map(str::to_owned),
+            log: s.required("QIM_LOG")?.to_owned(),
+        })
+    }
+
+    /// Reads and validates the process environment.
+    pub fn from_env() -> Result<Self, String> {
+        Self::from_settings(&Settings::from_process(ENVIRONMENT)?)
+    }
+}

@@ -1,0 +1,157 @@
+//! The HTTP conventions of every qim API: one JSON error body with a machine-readable code,
+//! an optional bearer token on `/v1`, and the operational endpoints.
+//!
+//! Error body: `{"error": {"code": "<snake_case>", "message": "<for people>"}}`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::error::{ErrorKind, StoreError};
+
+/// An API failure: a status and a stable code clients can match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// A stable snake_case code.
+    pub code: &'static str,
+    /// A human-readable explanation.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with `status` and `code`.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, code, message: message.into() }
+    }
+
+    /// 400 `invalid_request`: a field is missing, malformed or out of range.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": { "code": self.code, "message": self.message } });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        let (status, code) = match e.kind() {
+            ErrorKind::Conflict | ErrorKind::DispatchConflict => (StatusCode::CONFLICT, "conflict"),
+            ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
+            ErrorKind::InvalidInput => (StatusCode::BAD_REQUEST, "invalid_request"),
+            ErrorKind::CursorExpired => (StatusCode::GONE, "cursor_expired"),
+            ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ErrorKind::CorruptEntry | ErrorKind::InvariantViolation => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        if status.is_server_error() {
+            tracing::error!(error = %e, "request failed");
+        }
+        Self::new(status, code, e.to_string())
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        match r {
+            JsonRejection::MissingJsonContentType(_) => {
+                Self::new(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", r.body_text())
+            }
+            JsonRejection::BytesRejection(_) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Self::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", r.body_text())
+            }
+            _ => Self::new(StatusCode::BAD_REQUEST, "invalid_json", r.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_query", r.body_text())
+    }
+}
+
+/// Middleware: when a token is configured, a request without `Authorization: Bearer <token>`
+/// is answered 401 before any handler runs. The comparison takes the same time whatever the
+/// first differing byte.
+pub async fn require_bearer(State(token): State<Option<Arc<str>>>, request: Request, next: Next) -> Response {
+    if let Some(expected) = token.as_deref() {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !presented.is_some_and(|p| constant_time_eq(p.as_bytes(), expected.as_bytes())) {
+            let mut response =
+                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required")
+                    .into_response();
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A readiness probe: `Ok(())` when the service can do its work, otherwise why not.
+pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
+
+/// `/healthz` (the process answers), `/readyz` (`ready` runs: 200, or 503 with the reason) and
+/// `/metrics` (Prometheus text). Never behind the bearer token: probes and scrapers don't hold it.
+pub fn operational_routes(metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    match ready().await {
+                        Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+                        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
+                    }
+                }
+            }),
+        )
+        .route("/metrics", get(move || std::future::ready(metrics.render())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_stable_statuses() {
+        let conflict: ApiError = StoreError::Conflict("x".into()).into();
+        assert_eq!((conflict.status, conflict.code), (StatusCode::CONFLICT, "conflict"));
+        let forbidden: ApiError = StoreError::Forbidden("x".into()).into();
+        assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
+        let corrupt: ApiError = StoreError::CorruptEntry("x".into()).into();
+        assert_eq!((corrupt.status, corrupt.code), (StatusCode::INTERNAL_SERVER_ERROR, "internal"));
+    }
+
+    #[test]
+    fn token_comparison_is_exact() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+    }
+}

@@ -1,0 +1,12 @@
+//! The plumbing every qim service shares (feature `service`), so the writer, the archiver and
+//! the mailbox dispatcher behave the same for operators:
+//!
+//! - [`telemetry`]: logs (`QIM_LOG` filter) and the Prometheus recorder behind `/metrics`;
+//! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
+//! - [`shutdown`]: SIGTERM/SIGINT → a cancellation token;
+//! - [`settings`]: typed reads of the validated `QIM_*` environment.
+
+pub mod http;
+pub mod settings;
+pub mod shutdown;
+pub mod telemetry;

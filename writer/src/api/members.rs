@@ -1,0 +1,92 @@
+//! Membership administration: the history authorizer's and the mailbox router's source.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use qim_store::ids::{ConversationId, TenantId, UserId};
+use qim_store::service::http::ApiError;
+use qim_store::{MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL};
+use serde::{Deserialize, Serialize};
+
+use super::wire::{id, within};
+use super::ApiState;
+
+/// Body of add/remove.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsersBody {
+    users: Vec<String>,
+}
+
+/// Result of add/remove: how many changed.
+#[derive(Serialize)]
+pub struct ChangedView {
+    changed: usize,
+}
+
+/// Query of a members page.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageParams {
+    after: Option<String>,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+const fn default_limit() -> usize {
+    1_000
+}
+
+/// A page of members in byte order; `next_after` is set when more may follow.
+#[derive(Serialize)]
+pub struct MembersView {
+    members: Vec<String>,
+    next_after: Option<String>,
+}
+
+fn target(tenant: &str, conversation: &str) -> Result<(TenantId, ConversationId), ApiError> {
+    Ok((id("tenant", tenant, TenantId::from_hex)?, id("conversation", conversation, ConversationId::from_hex)?))
+}
+
+fn users(body: Result<Json<UsersBody>, JsonRejection>) -> Result<Vec<UserId>, ApiError> {
+    let Json(body) = body?;
+    within("users (count)", body.users.len(), 1, MAX_MEMBERS_PER_CALL)?;
+    body.users.iter().map(|u| id("users[]", u, UserId::from_hex)).collect()
+}
+
+/// Adds members; answers how many were new.
+pub async fn add(
+    State(state): State<ApiState>,
+    Path((tenant, conversation)): Path<(String, String)>,
+    body: Result<Json<UsersBody>, JsonRejection>,
+) -> Result<Json<ChangedView>, ApiError> {
+    let (tenant, conversation) = target(&tenant, &conversation)?;
+    let changed = state.members.add_members(tenant, conversation, &users(body)?).await?;
+    Ok(Json(ChangedView { changed }))
+}
+
+/// Removes members; answers how many were members.
+pub async fn remove(
+    State(state): State<ApiState>,
+    Path((tenant, conversation)): Path<(String, String)>,
+    body: Result<Json<UsersBody>, JsonRejection>,
+) -> Result<Json<ChangedView>, ApiError> {
+    let (tenant, conversation) = target(&tenant, &conversation)?;
+    let changed = state.members.remove_members(tenant, conversation, &users(body)?).await?;
+    Ok(Json(ChangedView { changed }))
+}
+
+/// Lists members after `after`, at most `limit`.
+pub async fn list(
+    State(state): State<ApiState>,
+    Path((tenant, conversation)): Path<(String, String)>,
+    params: Result<Query<PageParams>, QueryRejection>,
+) -> Result<Json<MembersView>, ApiError> {
+    let Query(p) = params?;
+    let (tenant, conversation) = target(&tenant, &conversation)?;
+    let after = p.after.as_deref().map(|a| id("after", a, UserId::from_hex)).transpose()?;
+    let limit = within("limit", p.limit, 1, MAX_MEMBERS_PAGE)?;
+    let page = state.members.members_page(tenant, conversation, after, limit).await?;
+    let next_after = (page.len() == limit).then(|| page.last().map(UserId::to_hex)).flatten();
+    Ok(Json(MembersView { members: page.iter().map(UserId::to_hex).collect(), next_after }))
+}

@@ -1,0 +1,189 @@
+//! Sending a message and reading history.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UserId};
+use qim_store::message::{
+    CommitKey, CommitRequest, Direction, HistoryQuery, MessageKind, MessageRecord, MAX_PAGE_ITEMS,
+};
+use qim_store::retention::RetentionClass;
+use qim_store::service::http::ApiError;
+use serde::{Deserialize, Serialize};
+
+use super::wire::{id, named, within};
+use super::ApiState;
+use crate::committer::CommitError;
+
+/// `POST /v1/messages`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendBody {
+    tenant: String,
+    conversation: String,
+    sender: String,
+    client_message_id: String,
+    #[serde(default = "normal")]
+    kind: String,
+    body: String,
+    #[serde(default = "default_retention")]
+    retention: String,
+}
+
+fn normal() -> String {
+    MessageKind::Normal.as_str().to_owned()
+}
+
+fn default_retention() -> String {
+    RetentionClass::Default.as_str().to_owned()
+}
+
+/// The answer to a send, given only at COMMITTED (and identically to every retry).
+#[derive(Serialize)]
+pub struct SendAnswer {
+    message_id: String,
+    conversation_seq: u64,
+    created_at: i64,
+}
+
+impl SendBody {
+    fn into_request(self, max_body_bytes: usize) -> Result<CommitRequest, ApiError> {
+        if self.body.len() > max_body_bytes {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!("body is {} bytes, the limit is {max_body_bytes}", self.body.len()),
+            ));
+        }
+        let client_message_id = ClientMessageId::new(self.client_message_id)
+            .map_err(|e| ApiError::invalid(format!("client_message_id: {e}")))?;
+        Ok(CommitRequest {
+            key: CommitKey {
+                tenant: id("tenant", &self.tenant, TenantId::from_hex)?,
+                sender: id("sender", &self.sender, UserId::from_hex)?,
+                client_message_id,
+            },
+            conversation: id("conversation", &self.conversation, ConversationId::from_hex)?,
+            kind: named("kind", &self.kind, &MessageKind::ALL, MessageKind::as_str)?,
+            retention: named("retention", &self.retention, &RetentionClass::ALL, RetentionClass::as_str)?,
+            payload: self.body.into_bytes(),
+        })
+    }
+}
+
+/// Commits one message; 200 with the committed coordinates.
+pub async fn send(
+    State(state): State<ApiState>,
+    body: Result<Json<SendBody>, JsonRejection>,
+) -> Result<Json<SendAnswer>, ApiError> {
+    let Json(body) = body?;
+    let request = body.into_request(state.max_body_bytes)?;
+    let commit = state.committer.commit(&request).await.map_err(|e| match e {
+        CommitError::Store(e) => ApiError::from(e),
+        CommitError::Publish(e) => {
+            tracing::warn!(error = %e, "publication failed; the recovery loop will finish the commit");
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("{e}; retry the same request"))
+        }
+        CommitError::Interrupted(at) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", format!("interrupted at {at}; retry"))
+        }
+    })?;
+    let intent = commit.intent;
+    Ok(Json(SendAnswer {
+        message_id: intent.message_id.to_hex(),
+        conversation_seq: intent.seq.0,
+        created_at: intent.created_at.0,
+    }))
+}
+
+/// Query of a history page.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryParams {
+    viewer: String,
+    #[serde(default = "older")]
+    direction: String,
+    anchor: Option<u64>,
+    #[serde(default = "default_items")]
+    max_items: usize,
+    #[serde(default = "default_bytes")]
+    max_bytes: usize,
+}
+
+fn older() -> String {
+    "older".to_owned()
+}
+const fn default_items() -> usize {
+    50
+}
+const fn default_bytes() -> usize {
+    1024 * 1024
+}
+
+/// One history record as the API shows it.
+#[derive(Serialize)]
+pub struct RecordView {
+    seq: u64,
+    message_id: String,
+    sender: String,
+    client_message_id: String,
+    kind: &'static str,
+    retention: &'static str,
+    created_at: i64,
+    expires_at: Option<i64>,
+    body: String,
+}
+
+impl From<MessageRecord> for RecordView {
+    fn from(r: MessageRecord) -> Self {
+        Self {
+            seq: r.seq.0,
+            message_id: r.message_id.to_hex(),
+            sender: r.sender.to_hex(),
+            client_message_id: r.client_message_id.as_str().to_owned(),
+            kind: r.kind.as_str(),
+            retention: r.retention.as_str(),
+            created_at: r.created_at.0,
+            expires_at: r.expires_at.map(|t| t.0),
+            body: String::from_utf8_lossy(&r.payload).into_owned(),
+        }
+    }
+}
+
+/// A history page.
+#[derive(Serialize)]
+pub struct PageView {
+    records: Vec<RecordView>,
+    earliest_available: Option<u64>,
+    has_more: bool,
+}
+
+/// Reads one page of a conversation's history for a member.
+pub async fn history(
+    State(state): State<ApiState>,
+    Path((tenant, conversation)): Path<(String, String)>,
+    params: Result<Query<HistoryParams>, QueryRejection>,
+) -> Result<Json<PageView>, ApiError> {
+    let Query(p) = params?;
+    let direction = match p.direction.as_str() {
+        "older" => Direction::Older,
+        "newer" => Direction::Newer,
+        other => return Err(ApiError::invalid(format!("direction {other:?} is not one of older, newer"))),
+    };
+    let query = HistoryQuery {
+        tenant: id("tenant", &tenant, TenantId::from_hex)?,
+        conversation: id("conversation", &conversation, ConversationId::from_hex)?,
+        viewer: id("viewer", &p.viewer, UserId::from_hex)?,
+        direction,
+        anchor: p.anchor.map(ConversationSeq),
+        max_items: within("max_items", p.max_items, 1, MAX_PAGE_ITEMS)?,
+        max_bytes: within("max_bytes", p.max_bytes, 1, 64 * 1024 * 1024)?,
+    };
+    let page = state.store.history_page(&query, state.authorizer.as_ref()).await?;
+    Ok(Json(PageView {
+        records: page.records.into_iter().map(RecordView::from).collect(),
+        earliest_available: page.earliest_available.map(|s| s.0),
+        has_more: page.has_more,
+    }))
+}

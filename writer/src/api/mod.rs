@@ -1,0 +1,78 @@
+//! The writer's HTTP API, versioned under `/v1` (JSON), plus `/healthz`, `/readyz`, `/metrics`.
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | POST | `/v1/messages` | send; answered at COMMITTED |
+//! | GET | `/v1/tenants/{tenant}/conversations/{conversation}/messages` | a history page |
+//! | POST | `/v1/tenants/{tenant}/summaries` | unread summaries for a viewer |
+//! | GET | `/v1/tenants/{tenant}/conversations/{conversation}/members` | members, paged |
+//! | POST | `/v1/tenants/{tenant}/conversations/{conversation}/members/add` | add members |
+//! | POST | `/v1/tenants/{tenant}/conversations/{conversation}/members/remove` | remove members |
+//!
+//! Every id is 32 hex digits. Errors are `{"error": {"code", "message"}}` with a 4xx status for
+//! bad input (`invalid_json`, `invalid_request`, `invalid_query`, `payload_too_large`,
+//! `unauthorized`, `forbidden`, `conflict`) and 503 `unavailable` when a backend is down.
+
+mod members;
+mod messages;
+mod summaries;
+mod wire;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use metrics::counter;
+use metrics_exporter_prometheus::PrometheusHandle;
+use qim_store::service::http::{operational_routes, require_bearer, ReadinessCheck};
+use qim_store::{HistoryAuthorizer, MembershipStore, MessageStore};
+
+use crate::committer::DurableMessageCommitter;
+use crate::metrics::HTTP_REQUESTS;
+
+/// JSON envelope overhead allowed on top of the largest body (ids, names, escaping).
+const ENVELOPE_ALLOWANCE: usize = 4 * 1024;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    /// Drives sends.
+    pub committer: Arc<DurableMessageCommitter>,
+    /// History and summaries.
+    pub store: Arc<dyn MessageStore>,
+    /// Conversation membership.
+    pub members: Arc<dyn MembershipStore>,
+    /// Admits history viewers (members only).
+    pub authorizer: Arc<dyn HistoryAuthorizer>,
+    /// Largest message body in bytes.
+    pub max_body_bytes: usize,
+}
+
+/// The whole router: `/v1` behind the optional bearer token, operational routes open.
+pub fn router(state: ApiState, token: Option<String>, metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
+    // JSON escaping can grow a body up to six-fold; the payload limit itself is checked after
+    // decoding, so the transport limit only has to stop abuse.
+    let transport_limit = state.max_body_bytes.saturating_mul(6).saturating_add(ENVELOPE_ALLOWANCE);
+    let v1 = Router::new()
+        .route("/v1/messages", post(messages::send))
+        .route("/v1/tenants/{tenant}/conversations/{conversation}/messages", get(messages::history))
+        .route("/v1/tenants/{tenant}/summaries", post(summaries::summaries))
+        .route("/v1/tenants/{tenant}/conversations/{conversation}/members", get(members::list))
+        .route("/v1/tenants/{tenant}/conversations/{conversation}/members/add", post(members::add))
+        .route("/v1/tenants/{tenant}/conversations/{conversation}/members/remove", post(members::remove))
+        .layer(middleware::from_fn_with_state(token.map(Arc::<str>::from), require_bearer))
+        .layer(DefaultBodyLimit::max(transport_limit))
+        .with_state(state);
+    v1.merge(operational_routes(metrics, ready)).layer(middleware::from_fn(count_requests))
+}
+
+/// Counts answers by matched route (never the raw path: ids would explode cardinality).
+async fn count_requests(request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let response = next.run(request).await;
+    counter!(HTTP_REQUESTS, "route" => route, "status" => response.status().as_u16().to_string()).increment(1);
+    response
+}

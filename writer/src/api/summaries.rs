@@ -1,0 +1,78 @@
+//! Unread summaries of a viewer's conversations.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::Json;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UserId};
+use qim_store::message::ReadPosition;
+use qim_store::service::http::ApiError;
+use serde::{Deserialize, Serialize};
+
+use super::wire::{id, within};
+use super::ApiState;
+
+/// Most conversations one summaries request may name.
+const MAX_POSITIONS: usize = 500;
+
+/// `POST /v1/tenants/{tenant}/summaries`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SummariesBody {
+    viewer: String,
+    positions: Vec<PositionBody>,
+}
+
+/// How far the viewer read one conversation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PositionBody {
+    conversation: String,
+    #[serde(default)]
+    read_through: u64,
+}
+
+/// One conversation's summary.
+#[derive(Serialize)]
+pub struct SummaryView {
+    conversation: String,
+    last_seq: Option<u64>,
+    unread: u32,
+    unread_precise: bool,
+}
+
+/// Summaries, in request order.
+#[derive(Serialize)]
+pub struct SummariesView {
+    summaries: Vec<SummaryView>,
+}
+
+/// Unread counts for the viewer's conversations (messages after `read_through` sent by others).
+pub async fn summaries(
+    State(state): State<ApiState>,
+    Path(tenant): Path<String>,
+    body: Result<Json<SummariesBody>, JsonRejection>,
+) -> Result<Json<SummariesView>, ApiError> {
+    let Json(body) = body?;
+    let tenant = id("tenant", &tenant, TenantId::from_hex)?;
+    let viewer = id("viewer", &body.viewer, UserId::from_hex)?;
+    within("positions (count)", body.positions.len(), 1, MAX_POSITIONS)?;
+    let mut positions = Vec::with_capacity(body.positions.len());
+    for p in &body.positions {
+        let conversation = id("conversation", &p.conversation, ConversationId::from_hex)?;
+        // Summaries reveal activity: only members may ask.
+        state.authorizer.authorize_history(tenant, conversation, viewer).await?;
+        positions.push(ReadPosition { conversation, read_through: ConversationSeq(p.read_through) });
+    }
+    let summaries = state.store.conversation_summaries(tenant, viewer, &positions).await?;
+    Ok(Json(SummariesView {
+        summaries: summaries
+            .into_iter()
+            .map(|s| SummaryView {
+                conversation: s.conversation.to_hex(),
+                last_seq: s.last_seq.map(|q| q.0),
+                unread: s.unread,
+                unread_precise: s.unread_precise,
+            })
+            .collect(),
+    }))
+}

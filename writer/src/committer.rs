@@ -1,0 +1,224 @@
+//! The `DurableMessageCommitter`: drives one send through RESERVED → RECORDED → OUTBOXED →
+//! COMMITTED and answers only at COMMITTED.
+//!
+//! Every step is a durable store transition, so a crash between any two leaves a commit the
+//! recovery loop (or the client's retry) drives forward from where it stopped: an identical
+//! retry re-enters [`DurableMessageCommitter::commit`], gets the stored commit back from
+//! `reserve` (same seq, same message id) and continues it. Publication happens between RECORDED
+//! and OUTBOXED; a crash after the broker acknowledged but before OUTBOXED was stored publishes
+//! again (a physical duplicate with the same seq, which consumers absorb).
+//!
+//! Two drivers of one commit (a retry racing the first attempt, or the recovery loop racing
+//! either) are harmless: a transition from the wrong state is a `Conflict`, after which the
+//! loser re-reads the commit and continues from its current state.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge, histogram};
+use qim_store::ids::MessageId;
+use qim_store::message::{Commit, CommitRequest, CommitState};
+use qim_store::retention::RetentionPolicy;
+use qim_store::{ErrorKind, MessageStore, StoreError};
+use tokio::sync::Semaphore;
+
+use crate::metrics::{COMMITS, COMMIT_STAGE_SECONDS, IN_FLIGHT, KAFKA_DELIVERY_ERRORS};
+use crate::publisher::{Publish, PublishError};
+use crate::reseed::Reseeder;
+
+/// How often one commit re-reads a state another driver holds before giving up.
+const MAX_STALLS: u32 = 100;
+/// Pause between those re-reads.
+const STALL_PAUSE: Duration = Duration::from_millis(20);
+
+/// Why a commit did not reach COMMITTED.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Kafka did not acknowledge the record; the commit stays RECORDED for the recovery loop.
+    #[error(transparent)]
+    Publish(#[from] PublishError),
+    /// A failpoint stopped the commit (tests only).
+    #[error("interrupted at failpoint {0}")]
+    Interrupted(&'static str),
+}
+
+impl CommitError {
+    /// The `outcome` label of this failure.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            CommitError::Store(e) => match e.kind() {
+                ErrorKind::Conflict | ErrorKind::DispatchConflict => "conflict",
+                ErrorKind::InvalidInput => "invalid",
+                ErrorKind::Unavailable => "unavailable",
+                _ => "failed",
+            },
+            CommitError::Publish(_) => "unavailable",
+            CommitError::Interrupted(_) => "failed",
+        }
+    }
+}
+
+/// Stops a commit at a named boundary when the failpoint is configured: `return` interrupts
+/// this commit (the process lives on), `return(abort)` kills the process like `kill -9`.
+macro_rules! boundary {
+    ($name:literal) => {
+        fail::fail_point!($name, |arg: Option<String>| {
+            if arg.as_deref() == Some("abort") {
+                std::process::abort();
+            }
+            Err(CommitError::Interrupted($name))
+        });
+    };
+}
+
+/// Drives sends through the commit state machine, at most `max_in_flight` at once.
+pub struct DurableMessageCommitter {
+    store: Arc<dyn MessageStore>,
+    publisher: Arc<dyn Publish>,
+    policy: RetentionPolicy,
+    permits: Semaphore,
+    reseeder: Option<Arc<Reseeder>>,
+}
+
+impl DurableMessageCommitter {
+    /// A committer over `store`, publishing through `publisher`. `policy` must be the store's
+    /// (the published record carries the same expiry as the stored one). `reseeder`, when
+    /// given, is asked to re-seed seq counters when the store refuses to issue seqs.
+    pub fn new(
+        store: Arc<dyn MessageStore>,
+        publisher: Arc<dyn Publish>,
+        policy: RetentionPolicy,
+        max_in_flight: usize,
+        reseeder: Option<Arc<Reseeder>>,
+    ) -> Self {
+        Self { store, publisher, policy, permits: Semaphore::new(max_in_flight.max(1)), reseeder }
+    }
+
+    /// Commits `request`: the answer is the COMMITTED commit (the same one for every identical
+    /// retry). Waits for a permit when `max_in_flight` commits are running.
+    pub async fn commit(&self, request: &CommitRequest) -> Result<Commit, CommitError> {
+        let started = Instant::now();
+        let result = self.commit_inner(request).await;
+        let outcome = match &result {
+            Ok((_, true)) => "replayed",
+            Ok((_, false)) => "committed",
+            Err(e) => e.outcome(),
+        };
+        counter!(COMMITS, "outcome" => outcome).increment(1);
+        if result.is_ok() {
+            histogram!(COMMIT_STAGE_SECONDS, "stage" => "total").record(started.elapsed());
+        }
+        result.map(|(commit, _)| commit)
+    }
+
+    async fn commit_inner(&self, request: &CommitRequest) -> Result<(Commit, bool), CommitError> {
+        let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
+        gauge!(IN_FLIGHT).increment(1.0);
+        let _in_flight = InFlight;
+        let reserved = self.reserve(request).await?;
+        if reserved.state == CommitState::Committed {
+            return Ok((reserved, true));
+        }
+        boundary!("writer::after_reserve");
+        self.drive(reserved).await.map(|c| (c, false))
+    }
+
+    async fn reserve(&self, request: &CommitRequest) -> Result<Commit, CommitError> {
+        let timer = Instant::now();
+        let proposed = MessageId(*uuid::Uuid::new_v4().as_bytes());
+        let first = self.store.reserve(request, proposed).await;
+        let reserved = match (first, &self.reseeder) {
+            // The hot tier refuses seqs after it lost state: re-seed once, then try again.
+            (Err(StoreError::InvariantViolation(why)), Some(reseeder)) => {
+                tracing::warn!(reason = %why, "seq allocation refused, re-seeding before retrying");
+                reseeder.ensure_seeded().await?;
+                self.store.reserve(request, proposed).await?
+            }
+            (result, _) => result?,
+        };
+        histogram!(COMMIT_STAGE_SECONDS, "stage" => "reserve").record(timer.elapsed());
+        Ok(reserved)
+    }
+
+    /// Drives a reserved commit forward to COMMITTED from whatever state it is in (the
+    /// recovery loop's entry point). Idempotent.
+    pub async fn drive(&self, mut commit: Commit) -> Result<Commit, CommitError> {
+        let mut stalls = 0;
+        loop {
+            let timer = Instant::now();
+            let (stage, step) = match commit.state {
+                CommitState::Committed => return Ok(commit),
+                CommitState::Reserved => ("record", self.store.put_record(&commit.intent).await),
+                CommitState::Recorded => ("outbox", self.publish_and_mark(&commit).await?),
+                CommitState::Outboxed => {
+                    ("commit", self.store.mark_committed(&commit.intent.request.key, commit.intent.message_id).await)
+                }
+            };
+            match step {
+                Ok(next) => {
+                    histogram!(COMMIT_STAGE_SECONDS, "stage" => stage).record(timer.elapsed());
+                    commit = next;
+                    match commit.state {
+                        CommitState::Recorded => {
+                            boundary!("writer::after_record");
+                        }
+                        CommitState::Outboxed => {
+                            boundary!("writer::after_outbox");
+                        }
+                        _ => {}
+                    }
+                }
+                Err(StoreError::Conflict(why)) => {
+                    // Another driver moved it, or the key now names something else: re-read.
+                    let key = &commit.intent.request.key;
+                    let current =
+                        self.store.load_commit(key).await?.ok_or_else(|| {
+                            StoreError::NotFound(format!("commit {key:?} vanished while being driven"))
+                        })?;
+                    if current.intent.message_id != commit.intent.message_id {
+                        return Err(StoreError::Conflict(why).into());
+                    }
+                    if current.state == commit.state {
+                        stalls += 1;
+                        if stalls > MAX_STALLS {
+                            return Err(StoreError::Conflict(why).into());
+                        }
+                        tokio::time::sleep(STALL_PAUSE).await;
+                    }
+                    commit = current;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// RECORDED → publish → OUTBOXED. A publish failure is returned as is (the commit stays
+    /// RECORDED); the store step's result is handed back to `drive`.
+    async fn publish_and_mark(&self, commit: &Commit) -> Result<Result<Commit, StoreError>, CommitError> {
+        let intent = &commit.intent;
+        let record = intent.record(self.policy.expires_at(intent.request.retention, intent.created_at));
+        let timer = Instant::now();
+        let publication = match self.publisher.publish(&record).await {
+            Ok(p) => p,
+            Err(e) => {
+                counter!(KAFKA_DELIVERY_ERRORS).increment(1);
+                return Err(e.into());
+            }
+        };
+        histogram!(COMMIT_STAGE_SECONDS, "stage" => "publish").record(timer.elapsed());
+        boundary!("writer::after_publish");
+        Ok(self.store.mark_outbox_published(&intent.request.key, intent.message_id, publication).await)
+    }
+}
+
+/// Decrements the in-flight gauge however the commit ends.
+struct InFlight;
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        gauge!(IN_FLIGHT).decrement(1.0);
+    }
+}

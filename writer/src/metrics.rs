@@ -1,0 +1,36 @@
+//! The writer's metric names (Prometheus), in one place. Labels are low-cardinality enums.
+
+/// Counter, label `outcome`: `committed`, `replayed` (an identical retry of a finished
+/// commit), `conflict`, `invalid`, `unavailable`, `failed`.
+pub const COMMITS: &str = "qim_writer_commits_total";
+/// Histogram (seconds), label `stage`: `reserve`, `record`, `publish`, `outbox`, `commit`,
+/// `total`.
+pub const COMMIT_STAGE_SECONDS: &str = "qim_writer_commit_stage_seconds";
+/// Gauge: commits holding an in-flight permit.
+pub const IN_FLIGHT: &str = "qim_writer_commits_in_flight";
+/// Counter, label `action`: `completed` (a left-behind commit driven to COMMITTED), `failed`.
+pub const RECOVERY_ACTIONS: &str = "qim_writer_recovery_actions_total";
+/// Counter: expired history records drained from the hot tier.
+pub const EXPIRY_DRAINED: &str = "qim_writer_expiry_drained_total";
+/// Counter: committed-commit auxiliary facts collected.
+pub const AUX_COLLECTED: &str = "qim_writer_commit_aux_collected_total";
+/// Counter: Kafka deliveries that failed or timed out.
+pub const KAFKA_DELIVERY_ERRORS: &str = "qim_writer_kafka_delivery_errors_total";
+/// Counter: re-seeds of the seq counters after Redis lost state.
+pub const RESEEDS: &str = "qim_writer_reseeds_total";
+/// Counter, labels `route` and `status`: HTTP requests answered.
+pub const HTTP_REQUESTS: &str = "qim_writer_http_requests_total";
+
+/// Describes every metric once at startup, so `/metrics` documents them.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(COMMITS, "Send requests by outcome.");
+    describe_histogram!(COMMIT_STAGE_SECONDS, Unit::Seconds, "Commit latency by state-machine stage.");
+    describe_gauge!(IN_FLIGHT, "Commits in flight.");
+    describe_counter!(RECOVERY_ACTIONS, "Commits the recovery loop drove forward, by result.");
+    describe_counter!(EXPIRY_DRAINED, "Expired history records removed from the hot tier.");
+    describe_counter!(AUX_COLLECTED, "Auxiliary facts of committed commits collected.");
+    describe_counter!(KAFKA_DELIVERY_ERRORS, "Kafka deliveries that failed or timed out.");
+    describe_counter!(RESEEDS, "Seq counter re-seeds after Redis lost state.");
+    describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status.");
+}

@@ -1,0 +1,104 @@
+//! Publication of committed records to `qim.messages.v1`.
+//!
+//! One idempotent producer (`enable.idempotence`, `acks=all`) shared by every commit: sends are
+//! queued without waiting for each other, and each commit awaits only its own delivery report.
+//! A delivery that fails (or times out) leaves the commit RECORDED; the recovery loop publishes
+//! it again later, so a record may reach the topic twice, never with a different seq.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use qim_store::message::{MessageRecord, Publication};
+use qim_store::topic::{encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+
+/// How long one delivery may take before the commit gives up (the recovery loop retries).
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A failed publication.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The producer could not be created (bad configuration).
+    #[error("creating the kafka producer: {0}")]
+    Config(String),
+    /// The broker did not acknowledge the record in time, or refused it.
+    #[error("delivering to {topic}: {reason}")]
+    Delivery {
+        /// The topic.
+        topic: String,
+        /// librdkafka's reason.
+        reason: String,
+    },
+}
+
+/// Publishes one committed record and returns where it landed.
+#[async_trait]
+pub trait Publish: Send + Sync {
+    /// Produces `record` and waits for the broker's acknowledgement (all in-sync replicas).
+    async fn publish(&self, record: &MessageRecord) -> Result<Publication, PublishError>;
+}
+
+/// The Kafka producer of the writer.
+pub struct KafkaPublisher {
+    producer: FutureProducer,
+    topic: String,
+}
+
+impl KafkaPublisher {
+    /// Creates the idempotent producer (no network round trip yet).
+    pub fn new(brokers: &str, topic: &str) -> Result<Self, PublishError> {
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "1")
+            .set("compression.type", "lz4")
+            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
+            .create()
+            .map_err(|e| PublishError::Config(e.to_string()))?;
+        Ok(Self { producer, topic: topic.to_owned() })
+    }
+
+    /// Checks the topic exists and the cluster answers, within `timeout`.
+    pub async fn check_topic(&self, timeout: Duration) -> Result<usize, String> {
+        let producer = self.producer.clone();
+        let topic = self.topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let md = producer
+                .client()
+                .fetch_metadata(Some(&topic), timeout)
+                .map_err(|e| format!("reading metadata of {topic}: {e}"))?;
+            let t = md.topics().first().ok_or_else(|| format!("topic {topic} missing from metadata"))?;
+            if let Some(e) = t.error() {
+                return Err(format!("topic {topic}: {e:?}"));
+            }
+            Ok(t.partitions().len())
+        })
+        .await
+        .map_err(|e| format!("metadata task: {e}"))?
+    }
+
+    /// Waits up to `timeout` for every queued record to be delivered.
+    pub fn flush(&self, timeout: Duration) -> Result<(), String> {
+        self.producer.flush(Timeout::After(timeout)).map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait]
+impl Publish for KafkaPublisher {
+    async fn publish(&self, record: &MessageRecord) -> Result<Publication, PublishError> {
+        let m = encode_message(record);
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: HEADER_SCHEMA, value: Some(m.schema.as_bytes()) })
+            .insert(Header { key: HEADER_MESSAGE_ID, value: Some(m.message_id.as_bytes()) });
+        let record = FutureRecord::to(&self.topic).key(&m.key[..]).payload(&m.value).headers(headers);
+        // A full local queue waits (backpressure) up to the delivery timeout instead of failing.
+        match self.producer.send(record, Timeout::After(DELIVERY_TIMEOUT)).await {
+            Ok(d) => Ok(Publication { partition: d.partition, offset: d.offset }),
+            Err((e, _)) => Err(PublishError::Delivery { topic: self.topic.clone(), reason: e.to_string() }),
+        }
+    }
+}

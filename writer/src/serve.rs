@@ -1,0 +1,132 @@
+//! `qim-writer serve`: startup in order (connect/prepare → readiness → Kafka → re-seed), the
+//! background loops, the HTTP API, and graceful shutdown.
+//!
+//! Shutdown (SIGTERM/SIGINT or the token): the listener stops accepting, in-flight requests
+//! (and so in-flight commits) finish, the loops stop between passes, the producer is flushed,
+//! and [`RunningWriter::wait`] returns `Ok`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use qim_store::service::http::ReadinessCheck;
+use qim_store::service::telemetry;
+use qim_store::MembershipAuthorizer;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, ApiState};
+use crate::backend;
+use crate::committer::DurableMessageCommitter;
+use crate::config::WriterConfig;
+use crate::publisher::KafkaPublisher;
+use crate::reseed::Reseeder;
+use crate::{expiry, recovery};
+
+/// Longest wait for the topic's metadata at startup and in `/readyz`.
+const KAFKA_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for queued records at shutdown.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A started writer.
+pub struct RunningWriter {
+    /// The address the API listens on (useful with port 0).
+    pub addr: SocketAddr,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningWriter {
+    /// Waits until the writer stopped (after the shutdown token was cancelled).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("the writer task panicked")?
+    }
+}
+
+/// Starts the writer; returns once it accepts requests. Any startup failure is an error naming
+/// the step.
+pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow::Result<RunningWriter> {
+    let metrics = telemetry::install_metrics();
+    crate::metrics::describe();
+    let stores = backend::open(&config.backend, config.policy).await?;
+    let publisher = Arc::new(
+        KafkaPublisher::new(&config.kafka_brokers, &config.messages_topic).context("creating the kafka producer")?,
+    );
+    let partitions = publisher
+        .check_topic(KAFKA_CHECK_TIMEOUT)
+        .await
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("checking kafka at {}", config.kafka_brokers))?;
+    let reseeder = stores.redis.clone().map(|s| Reseeder::new(s, &config.kafka_brokers, &config.messages_topic));
+    if let Some(reseeder) = &reseeder {
+        let named = reseeder.ensure_seeded().await.context("re-seeding seq counters from kafka")?;
+        tracing::info!(conversations = named, "seq counters seeded");
+    }
+    let committer = Arc::new(DurableMessageCommitter::new(
+        stores.messages.clone(),
+        publisher.clone(),
+        config.policy,
+        config.max_in_flight,
+        reseeder,
+    ));
+    let state = ApiState {
+        committer: committer.clone(),
+        store: stores.messages.clone(),
+        members: stores.members.clone(),
+        authorizer: Arc::new(MembershipAuthorizer::new(stores.members.clone())),
+        max_body_bytes: config.max_body_bytes,
+    };
+    let ready = readiness(stores.ready.clone(), publisher.clone());
+    let app = api::router(state, config.api_token.clone(), metrics, ready);
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding {}", config.http_addr))?;
+    let addr = listener.local_addr()?;
+    let loops = [
+        tokio::spawn(recovery::run(
+            stores.messages.clone(),
+            committer,
+            config.recovery_grace,
+            config.recovery_interval,
+            shutdown.clone(),
+        )),
+        tokio::spawn(expiry::run(stores.messages.clone(), shutdown.clone())),
+    ];
+    tracing::info!(%addr, backend = config.backend.name(), topic = %config.messages_topic, partitions, "writer serving");
+    let task = tokio::spawn(async move {
+        let stop = shutdown.clone();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .context("serving http")?;
+        shutdown.cancel();
+        for l in loops {
+            l.await.context("a background loop panicked")?;
+        }
+        let flushed = tokio::task::spawn_blocking(move || publisher.flush(FLUSH_TIMEOUT)).await?;
+        flushed.map_err(anyhow::Error::msg).context("flushing the kafka producer")?;
+        tracing::info!("writer stopped");
+        Ok(())
+    });
+    Ok(RunningWriter { addr, task })
+}
+
+/// Ready when the store is ready and the topic answers.
+fn readiness(store: ReadinessCheck, publisher: Arc<KafkaPublisher>) -> ReadinessCheck {
+    Arc::new(move || {
+        let (store, publisher) = (store.clone(), publisher.clone());
+        Box::pin(async move {
+            store().await?;
+            publisher.check_topic(Duration::from_secs(2)).await.map(drop)
+        })
+    })
+}
+
+/// `serve`: config → logs → components → run until a signal.
+pub async fn main() -> anyhow::Result<()> {
+    let config = WriterConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
+    telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
+    let shutdown = CancellationToken::new();
+    qim_store::service::shutdown::cancel_on_signal(shutdown.clone());
+    start(config, shutdown).await?.wait().await
+}

@@ -1,0 +1,200 @@
+//! Starting writers against the local stack (real Redis, Kafka and Cassandra), and a small
+//! JSON client. Every test gets its own Redis namespace and its own Kafka topic, so tests in one
+//! binary run in parallel without seeing each other. A missing server fails the test, naming it.
+
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use qim_store::ids::{ConversationId, TenantId, UserId};
+use qim_store::message::MessageRecord;
+use qim_store::redis::RedisConfig;
+use qim_store::retention::RetentionPolicy;
+use qim_store::scylla::{migrate, open_session, ScyllaConfig};
+use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
+use qim_writer::config::{Backend, WriterConfig};
+use qim_writer::serve::{start, RunningWriter};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+pub const HINT: &str = "start the local stack with `deploy/local/stack up`";
+pub const TOKEN: &str = "test-token";
+
+pub fn brokers() -> String {
+    std::env::var("QIM_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("QIM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
+}
+
+/// A name unique in this machine's history of test runs.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{prefix}-{}-{}-{}", std::process::id(), nanos % 1_000_000_000_000, N.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn fresh<T>(make: fn([u8; 16]) -> T) -> T {
+    make(*uuid::Uuid::new_v4().as_bytes())
+}
+
+/// Creates a 3-partition topic; fails naming Kafka when it does not answer.
+pub async fn create_topic() -> String {
+    let topic = unique("qim-writer-test");
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("an admin client");
+    let new = NewTopic::new(&topic, 3, TopicReplication::Fixed(1));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let result = tokio::time::timeout(Duration::from_secs(20), admin.create_topics([&new], &opts))
+        .await
+        .unwrap_or_else(|_| panic!("Kafka at {} did not answer within 20 s; {HINT}", brokers()))
+        .unwrap_or_else(|e| panic!("creating topic {topic} at {}: {e}; {HINT}", brokers()));
+    for r in result {
+        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+    }
+    topic
+}
+
+/// Which backend a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Redis,
+    Scylla,
+}
+
+/// A migrated test keyspace (once per process).
+async fn scylla_config() -> ScyllaConfig {
+    static CONFIG: tokio::sync::OnceCell<ScyllaConfig> = tokio::sync::OnceCell::const_new();
+    CONFIG
+        .get_or_init(|| async {
+            let config = ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("{e}"));
+            let session = open_session(&config).await.unwrap_or_else(|e| panic!("{e}; {HINT}"));
+            migrate(&session, &config).await.expect("migrating the test keyspace");
+            config
+        })
+        .await
+        .clone()
+}
+
+/// A writer configuration for one test: its own namespace and topic, port 0, fast recovery.
+pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
+    let backend = match kind {
+        Kind::Redis => Backend::Redis(RedisConfig { url: redis_url(), namespace: unique("wt") }),
+        Kind::Scylla => Backend::Scylla(scylla_config().await),
+    };
+    WriterConfig {
+        backend,
+        kafka_brokers: brokers(),
+        messages_topic: topic.to_owned(),
+        policy: RetentionPolicy::with_default_days(30).unwrap(),
+        hot_window_days: 7,
+        http_addr: "127.0.0.1:0".parse().unwrap(),
+        max_body_bytes: 4096,
+        max_in_flight: 64,
+        recovery_grace: Duration::from_secs(1),
+        recovery_interval: Duration::from_secs(1),
+        api_token: Some(TOKEN.to_owned()),
+        log: "warn".to_owned(),
+    }
+}
+
+/// A running writer and a client for it.
+pub struct TestWriter {
+    pub config: WriterConfig,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub shutdown: CancellationToken,
+    running: Option<RunningWriter>,
+}
+
+impl TestWriter {
+    pub async fn start(config: WriterConfig) -> Self {
+        let shutdown = CancellationToken::new();
+        let running = start(config.clone(), shutdown.clone()).await.unwrap_or_else(|e| panic!("{e:#}; {HINT}"));
+        let base = format!("http://{}", running.addr);
+        Self { config, base, http: reqwest::Client::new(), shutdown, running: Some(running) }
+    }
+
+    /// Graceful stop; returns what the writer's task returned.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.running.take().unwrap().wait().await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self.http.post(format!("{}{path}", self.base)).bearer_auth(TOKEN).json(body).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http.get(format!("{}{path}", self.base)).bearer_auth(TOKEN).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn add_members(&self, tenant: TenantId, conversation: ConversationId, users: &[UserId]) {
+        let users: Vec<String> = users.iter().map(UserId::to_hex).collect();
+        let path = format!("/v1/tenants/{tenant}/conversations/{conversation}/members/add");
+        let (status, body) = self.post(&path, &json!({ "users": users })).await;
+        assert_eq!(status, 200, "{body}");
+    }
+}
+
+/// A send body.
+pub fn send_body(tenant: TenantId, conversation: ConversationId, sender: UserId, client_id: &str, body: &str) -> Value {
+    json!({
+        "tenant": tenant.to_hex(),
+        "conversation": conversation.to_hex(),
+        "sender": sender.to_hex(),
+        "client_message_id": client_id,
+        "kind": "normal",
+        "body": body,
+        "retention": "default",
+    })
+}
+
+/// Every record of `topic`, read from the beginning to the current end.
+pub fn read_topic(topic: &str) -> Vec<MessageRecord> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers())
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let timeout = Duration::from_secs(10);
+    let mut list = TopicPartitionList::new();
+    let mut ends = std::collections::HashMap::new();
+    for p in 0..3 {
+        let (_, high) = consumer.fetch_watermarks(topic, p, timeout).expect("watermarks");
+        if high > 0 {
+            ends.insert(p, high);
+            list.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        }
+    }
+    let mut out = Vec::new();
+    if ends.is_empty() {
+        return out;
+    }
+    consumer.assign(&list).unwrap();
+    while !ends.is_empty() {
+        let m = consumer.poll(timeout).expect("records within 10 s").expect("a record");
+        let header = |name: &str| m.headers().and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value));
+        out.push(
+            decode_message(m.key(), m.payload(), header(HEADER_SCHEMA), header(HEADER_MESSAGE_ID))
+                .expect("the writer publishes valid records"),
+        );
+        if ends.get(&m.partition()).is_some_and(|h| m.offset() + 1 >= *h) {
+            ends.remove(&m.partition());
+        }
+    }
+    out
+}
