@@ -28,6 +28,11 @@ pub const STORE_ENV: &[EnvVar] = &[
         doc: "Redis hot tier (commit state, seq counters, 7-day history window).",
     },
     EnvVar {
+        name: "QIM_REDIS_NAMESPACE",
+        default: Some("qim"),
+        doc: "Prefix of every Redis key (`[A-Za-z0-9_.-]`, at most 64 characters); services sharing data use the same one.",
+    },
+    EnvVar {
         name: "QIM_SCYLLA_HOSTS",
         default: Some("127.0.0.1:9042"),
         doc: "Comma-separated ScyllaDB/Cassandra contact points.",

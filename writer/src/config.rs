@@ -36,11 +36,6 @@ pub const WRITER_ENV: &[EnvVar] = &[
         default: Some("5"),
         doc: "How often the writer's recovery loop scans for unfinished commits (1..=3600).",
     },
-    EnvVar {
-        name: "QIM_REDIS_NAMESPACE",
-        default: Some("qim"),
-        doc: "Prefix of every Redis key; `[A-Za-z0-9_.-]`, at most 64 characters.",
-    },
 ];
 
 /// Every variable the writer reads, as documented in the README.

@@ -106,27 +106,15 @@ pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
     }
 }
 
-/// A running writer and a client for it.
-pub struct TestWriter {
-    pub config: WriterConfig,
+/// A JSON client of one writer.
+pub struct Client {
     pub base: String,
     pub http: reqwest::Client,
-    pub shutdown: CancellationToken,
-    running: Option<RunningWriter>,
 }
 
-impl TestWriter {
-    pub async fn start(config: WriterConfig) -> Self {
-        let shutdown = CancellationToken::new();
-        let running = start(config.clone(), shutdown.clone()).await.unwrap_or_else(|e| panic!("{e:#}; {HINT}"));
-        let base = format!("http://{}", running.addr);
-        Self { config, base, http: reqwest::Client::new(), shutdown, running: Some(running) }
-    }
-
-    /// Graceful stop; returns what the writer's task returned.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        self.running.take().unwrap().wait().await
+impl Client {
+    pub fn new(base: &str) -> Self {
+        Self { base: base.to_owned(), http: reqwest::Client::new() }
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
@@ -146,6 +134,37 @@ impl TestWriter {
         let path = format!("/v1/tenants/{tenant}/conversations/{conversation}/members/add");
         let (status, body) = self.post(&path, &json!({ "users": users })).await;
         assert_eq!(status, 200, "{body}");
+    }
+}
+
+/// A writer running in this process, and a client for it.
+pub struct TestWriter {
+    pub config: WriterConfig,
+    pub client: Client,
+    pub shutdown: CancellationToken,
+    running: Option<RunningWriter>,
+}
+
+impl std::ops::Deref for TestWriter {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl TestWriter {
+    pub async fn start(config: WriterConfig) -> Self {
+        let shutdown = CancellationToken::new();
+        let running = start(config.clone(), shutdown.clone()).await.unwrap_or_else(|e| panic!("{e:#}; {HINT}"));
+        let client = Client::new(&format!("http://{}", running.addr));
+        Self { config, client, shutdown, running: Some(running) }
+    }
+
+    /// Graceful stop; returns what the writer's task returned.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.running.take().unwrap().wait().await
     }
 }
 

@@ -1,0 +1,186 @@
+//! Crashes at every state boundary of the commit, then a restart: the recovery loop completes
+//! the commit exactly once in effect. The client's retry gets the same seq and message id;
+//! Kafka may hold a duplicate record, never a different seq for the same key.
+//!
+//! In-process cases stop one commit at a failpoint (`return`) and restart the writer; the
+//! binary case kills the real `qim-writer` process at a boundary (`return(abort)`, like
+//! `kill -9`: nothing is flushed) and starts a new one. Failpoints are process-global, so the
+//! in-process cases run one at a time.
+
+mod support;
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use qim_store::clock::SystemClock;
+use qim_store::ids::{ClientMessageId, ConversationId, TenantId, UserId};
+use qim_store::message::{Commit, CommitKey, CommitState};
+use qim_store::redis::RedisMessageStore;
+use qim_store::scylla::ScyllaMessageStore;
+use qim_store::MessageStore;
+use qim_writer::config::{Backend, WriterConfig};
+use support::{create_topic, fresh, read_topic, send_body, Client, Kind, TestWriter};
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+macro_rules! boundaries {
+    ($($name:ident: $kind:ident, $failpoint:literal, $left:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            crash_in_process(Kind::$kind, $failpoint, CommitState::$left).await;
+        }
+    )*};
+}
+
+boundaries! {
+    redis_crash_after_reserve: Redis, "writer::after_reserve", Reserved;
+    redis_crash_after_record: Redis, "writer::after_record", Recorded;
+    redis_crash_after_publish_before_outbox: Redis, "writer::after_publish", Recorded;
+    redis_crash_after_outbox: Redis, "writer::after_outbox", Outboxed;
+    scylla_crash_after_reserve: Scylla, "writer::after_reserve", Reserved;
+    scylla_crash_after_record: Scylla, "writer::after_record", Recorded;
+    scylla_crash_after_publish_before_outbox: Scylla, "writer::after_publish", Recorded;
+    scylla_crash_after_outbox: Scylla, "writer::after_outbox", Outboxed;
+}
+
+/// A store on the same data as `config`'s writer, to observe commit states.
+async fn observer(config: &WriterConfig) -> Arc<dyn MessageStore> {
+    match &config.backend {
+        Backend::Redis(r) => Arc::new(RedisMessageStore::open(r, config.policy, Arc::new(SystemClock)).await.unwrap()),
+        Backend::Scylla(s) => {
+            Arc::new(ScyllaMessageStore::connect(s, config.policy, Arc::new(SystemClock)).await.unwrap())
+        }
+    }
+}
+
+/// Waits until the commit is COMMITTED (the recovery loop's work, no client involved).
+async fn committed_by_recovery(store: &dyn MessageStore, key: &CommitKey) -> Commit {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let commit = store.load_commit(key).await.unwrap().expect("the commit exists");
+        if commit.state == CommitState::Committed {
+            return commit;
+        }
+        assert!(Instant::now() < deadline, "the recovery loop did not finish the commit: {commit:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+struct Case {
+    tenant: TenantId,
+    conversation: ConversationId,
+    sender: UserId,
+    key: CommitKey,
+}
+
+fn case() -> Case {
+    let (tenant, conversation, sender) = (fresh(TenantId), fresh(ConversationId), fresh(UserId));
+    let key = CommitKey { tenant, sender, client_message_id: ClientMessageId::new("crash-1").unwrap() };
+    Case { tenant, conversation, sender, key }
+}
+
+/// The retry answers the recovered commit, and Kafka never holds another seq for the key.
+async fn check_outcome(w: &Client, c: &Case, recovered: &Commit, topic: &str) {
+    let (status, answer) =
+        w.post("/v1/messages", &send_body(c.tenant, c.conversation, c.sender, "crash-1", "hi")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["conversation_seq"], recovered.intent.seq.0);
+    assert_eq!(answer["message_id"], recovered.intent.message_id.to_hex());
+    let published: Vec<_> =
+        read_topic(topic).into_iter().filter(|r| r.client_message_id.as_str() == "crash-1").collect();
+    assert!(!published.is_empty(), "the recovered commit was published");
+    for r in &published {
+        assert_eq!((r.seq, r.message_id), (recovered.intent.seq, recovered.intent.message_id), "{published:?}");
+    }
+}
+
+async fn crash_in_process(kind: Kind, failpoint: &str, left_in: CommitState) {
+    let _serial = ONE_AT_A_TIME.lock().await;
+    let topic = create_topic().await;
+    let config = support::config(kind, &topic).await;
+    let c = case();
+    let w = TestWriter::start(config.clone()).await;
+    fail::cfg(failpoint, "return").unwrap();
+    let (status, answer) =
+        w.post("/v1/messages", &send_body(c.tenant, c.conversation, c.sender, "crash-1", "hi")).await;
+    fail::remove(failpoint);
+    assert_eq!(status, 503, "the interrupted send is not acknowledged: {answer}");
+    w.stop().await.unwrap();
+    let store = observer(&config).await;
+    let stopped = store.load_commit(&c.key).await.unwrap().expect("the reserve is durable");
+    assert_eq!(stopped.state, left_in, "where the crash left the commit");
+    let w = TestWriter::start(config).await;
+    let recovered = committed_by_recovery(store.as_ref(), &c.key).await;
+    assert_eq!((recovered.intent.seq, recovered.intent.message_id), (stopped.intent.seq, stopped.intent.message_id));
+    check_outcome(&w, &c, &recovered, &topic).await;
+    w.stop().await.unwrap();
+}
+
+/// Runs the real binary; `failpoints` as the `FAILPOINTS` variable.
+fn spawn_writer(config: &WriterConfig, port: u16, failpoints: Option<&str>) -> Child {
+    let Backend::Redis(redis) = &config.backend else { unreachable!("the binary case runs on redis") };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qim-writer"));
+    for (name, _) in std::env::vars().filter(|(k, _)| k.starts_with("QIM_") || k == "FAILPOINTS") {
+        cmd.env_remove(name);
+    }
+    cmd.arg("serve")
+        .env("QIM_STORE_BACKEND", "redis")
+        .env("QIM_REDIS_URL", &redis.url)
+        .env("QIM_REDIS_NAMESPACE", &redis.namespace)
+        .env("QIM_KAFKA_BROKERS", &config.kafka_brokers)
+        .env("QIM_MESSAGES_TOPIC", &config.messages_topic)
+        .env("QIM_WRITER_HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .env("QIM_API_TOKEN", support::TOKEN)
+        .env("QIM_RECOVERY_GRACE_SECS", "1")
+        .env("QIM_RECOVERY_INTERVAL_SECS", "1")
+        .env("QIM_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some(f) = failpoints {
+        cmd.env("FAILPOINTS", f);
+    }
+    cmd.spawn().expect("starting qim-writer")
+}
+
+async fn wait_healthy(base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200) {
+        assert!(Instant::now() < deadline, "qim-writer did not become ready at {base}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_killed_between_publish_and_outbox_recovers_after_restart() {
+    let topic = create_topic().await;
+    let config = support::config(Kind::Redis, &topic).await;
+    let c = case();
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut child = spawn_writer(&config, port, Some("writer::after_publish=return(abort)"));
+    wait_healthy(&base).await;
+    let client = reqwest::Client::new();
+    let send = client
+        .post(format!("{base}/v1/messages"))
+        .bearer_auth(support::TOKEN)
+        .json(&send_body(c.tenant, c.conversation, c.sender, "crash-1", "hi"))
+        .send()
+        .await;
+    assert!(send.is_err(), "the process died before answering: {send:?}");
+    let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+    assert!(!status.success(), "qim-writer aborted at the failpoint: {status:?}");
+    let store = observer(&config).await;
+    let stopped = store.load_commit(&c.key).await.unwrap().expect("the reserve is durable");
+    assert_eq!(stopped.state, CommitState::Recorded, "published but not yet OUTBOXED");
+    let mut child = spawn_writer(&config, port, None);
+    wait_healthy(&base).await;
+    let recovered = committed_by_recovery(store.as_ref(), &c.key).await;
+    check_outcome(&Client::new(&base), &c, &recovered, &topic).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
