@@ -6,10 +6,10 @@ use async_trait::async_trait;
 use qim_store::clock::ManualClock;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::mailbox::{MailboxRetention, MailboxSeq};
-use qim_store::memory::{MemoryMailboxStore, MemoryMessageStore};
+use qim_store::memory::{MemoryMailboxStore, MemoryMembershipStore, MemoryMessageStore};
 use qim_store::retention::RetentionPolicy;
-use qim_store::testsuite::{MailboxHarness, MessageHarness};
-use qim_store::{MailboxStore, MessageStore};
+use qim_store::testsuite::{MailboxHarness, MembershipHarness, MessageHarness};
+use qim_store::{MailboxStore, MembershipStore, MessageStore};
 
 /// Opens memory stores and keeps a typed handle to each, for sabotage.
 #[derive(Default)]
@@ -79,6 +79,13 @@ impl MailboxHarness for Memory {
     }
 }
 
+#[async_trait]
+impl MembershipHarness for Memory {
+    async fn open(&self) -> Arc<dyn MembershipStore> {
+        Arc::new(MemoryMembershipStore::new())
+    }
+}
+
 mod message {
     use super::*;
     qim_store::message_store_contract_suite!(Memory::default());
@@ -87,4 +94,9 @@ mod message {
 mod mailbox {
     use super::*;
     qim_store::mailbox_store_contract_suite!(Memory::default());
+}
+
+mod membership {
+    use super::*;
+    qim_store::membership_store_contract_suite!(Memory::default());
 }

@@ -6,10 +6,12 @@
 //! scripts run unchanged on Redis Cluster.
 
 pub mod mailbox;
+pub mod membership;
 pub mod message;
 pub mod seeding;
 
 pub use mailbox::RedisMailboxStore;
+pub use membership::RedisMembershipStore;
 pub use message::{RedisMessageStore, SeqEvidence, TrimReport};
 
 use redis::aio::ConnectionManager;

@@ -7,10 +7,13 @@
 //!   state transitions, LOCAL_QUORUM for everything else).
 //! - [`ScyllaMailboxStore`]: `MailboxStore` per DESIGN.md's dispatch departure (no LWT on the
 //!   dispatch path; monotonic state through value-derived write timestamps).
+//! - [`ScyllaMembershipStore`]: `MembershipStore` on `conversation_member` (LOCAL_QUORUM, no
+//!   LWT; counts are informational).
 
 pub mod config;
 mod cql;
 pub mod mailbox;
+pub mod membership;
 mod message;
 mod migrate;
 pub mod schema;
@@ -18,5 +21,6 @@ pub mod schema;
 pub use config::{ScyllaConfig, ScyllaConfigError};
 pub use cql::open_session;
 pub use mailbox::ScyllaMailboxStore;
+pub use membership::ScyllaMembershipStore;
 pub use message::ScyllaMessageStore;
 pub use migrate::{migrate, read_flavour, readiness, Readiness};

@@ -10,6 +10,7 @@
 //! | `history_index` | `((tenant_id, conversation_id), conversation_seq)` | `expires_at` (null: never); same TTL as its record |
 //! | `commit_recovery` | `((hour_bucket), created_at, tenant_id, sender_id, client_message_id)` | one entry per reservation attempt, written before the reserve LWT; TTL = auxiliary TTL |
 //! | `history_expiry` | `((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)` | one entry per expiring record, for the observable expiry count; TTL = record TTL + 1 h |
+//! | `conversation_member` | `((tenant_id, conversation_id), user_id)` | one row per member of a conversation (no TTL; removed by row `DELETE`); see [`super::membership`] |
 //!
 //! Ids are 16-byte blobs (no UUID type); every `u64` bound to a `bigint` goes through
 //! [`crate::codec::u64_to_i64`]. Tables keep the default `default_time_to_live = 0`: expiry is
@@ -22,8 +23,15 @@
 use std::collections::HashMap;
 
 /// Every table this backend creates and readiness requires, in creation order.
-pub const TABLES: [&str; 6] =
-    ["message_commit", "conversation_sequence", "message_record", "history_index", "commit_recovery", "history_expiry"];
+pub const TABLES: [&str; 7] = [
+    "message_commit",
+    "conversation_sequence",
+    "message_record",
+    "history_index",
+    "commit_recovery",
+    "history_expiry",
+    "conversation_member",
+];
 
 /// Seqs per `message_record` partition (`seq_bucket = seq / SEQ_BUCKET_SIZE`), so one busy
 /// conversation never grows one partition without bound.
@@ -56,6 +64,9 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
          client_message_id text, PRIMARY KEY ((hour_bucket), created_at, tenant_id, sender_id, client_message_id)) WITH gc_grace_seconds = 3600",
         "history_expiry (hour_bucket bigint, expires_at bigint, tenant_id blob, conversation_id blob, \
          conversation_seq bigint, PRIMARY KEY ((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)) WITH gc_grace_seconds = 3600",
+        // Membership is removed by row deletes: keep the default gc_grace_seconds (repair window).
+        "conversation_member (tenant_id blob, conversation_id blob, user_id blob, \
+         PRIMARY KEY ((tenant_id, conversation_id), user_id))",
     ];
     bodies.iter().map(|b| format!("CREATE TABLE IF NOT EXISTS {keyspace}.{b}")).collect()
 }

@@ -1,12 +1,14 @@
-//! The contract suites: one set of tests every `MessageStore` and `MailboxStore` backend runs.
+//! The contract suites: one set of tests every `MessageStore`, `MailboxStore` and
+//! `MembershipStore` backend runs.
 //!
 //! A backend provides a [`MessageHarness`] / [`MailboxHarness`] (fresh stores on a
-//! [`ManualClock`], plus byte-level sabotage for the corruption tests) and instantiates the suite
-//! with one line:
+//! [`ManualClock`], plus byte-level sabotage for the corruption tests) / [`MembershipHarness`]
+//! and instantiates the suite with one line:
 //!
 //! ```text
 //! qim_store::message_store_contract_suite!(my_backend::harness());
 //! qim_store::mailbox_store_contract_suite!(my_backend::mailbox_harness());
+//! qim_store::membership_store_contract_suite!(my_backend::membership_harness());
 //! ```
 //!
 //! Tests use fresh tenant ids and shard ids, so backends that share one server between tests do
@@ -15,6 +17,7 @@
 pub mod differential;
 pub mod fixtures;
 pub mod mailbox;
+pub mod membership;
 pub mod message;
 
 use std::sync::Arc;
@@ -25,7 +28,7 @@ use crate::clock::ManualClock;
 use crate::ids::{ConversationId, ConversationSeq, TenantId, UserId};
 use crate::mailbox::{MailboxRetention, MailboxSeq};
 use crate::retention::RetentionPolicy;
-use crate::{MailboxStore, MessageStore};
+use crate::{MailboxStore, MembershipStore, MessageStore};
 
 /// Opens message stores for the contract suite.
 #[async_trait]
@@ -69,6 +72,14 @@ pub trait MailboxHarness: Send + Sync {
         seq: MailboxSeq,
         bytes: Vec<u8>,
     );
+}
+
+/// Opens membership stores for the contract suite.
+#[async_trait]
+pub trait MembershipHarness: Send + Sync {
+    /// A store. Stores opened by one harness may share state: tests isolate themselves by
+    /// tenant.
+    async fn open(&self) -> Arc<dyn MembershipStore>;
 }
 
 /// Emits one `#[tokio::test]` per message-store contract test, each calling the suite with the
@@ -126,6 +137,26 @@ macro_rules! mailbox_store_contract_suite {
             watermark_never_passes_incomplete_work_or_moves_back,
             duplicate_observations_hold_the_watermark_until_complete,
             gc_collects_only_dispatches_every_lane_passed,
+        );
+    };
+}
+
+/// Emits one `#[tokio::test]` per membership-store contract test, each calling the suite with
+/// the harness expression `$harness`.
+#[macro_export]
+macro_rules! membership_store_contract_suite {
+    ($harness:expr) => {
+        $crate::__contract_tests!(
+            membership,
+            $harness,
+            add_and_remove_are_idempotent_and_counted,
+            duplicates_within_one_call_count_once,
+            is_member_follows_changes,
+            pages_ascend_in_byte_order_after_the_cursor,
+            limits_are_refused_and_write_nothing,
+            tenants_are_isolated,
+            conversations_are_isolated,
+            ten_thousand_members_page_fully,
         );
     };
 }
