@@ -1,14 +1,18 @@
-//! `qim-mailbox-dispatcher`: for now the administrative subcommands (`check-config`, `migrate`); the service
-//! itself arrives with its issue. See the README.
+//! `qim-mailbox-dispatcher`: `run` (the default), `migrate`, `check-config`. See the README.
 
 use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    qim_store::admin::main(
-        "qim-mailbox-dispatcher",
-        qim_mailbox_dispatcher::config::ENVIRONMENT,
-        std::env::args().skip(1),
-    )
-    .await
+    let mut args = std::env::args().skip(1).peekable();
+    match args.peek().map(String::as_str) {
+        None | Some("run") => match qim_mailbox_dispatcher::serve::main().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        _ => qim_store::admin::main("qim-mailbox-dispatcher", qim_mailbox_dispatcher::config::ENVIRONMENT, args).await,
+    }
 }

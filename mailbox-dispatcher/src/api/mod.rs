@@ -1,0 +1,63 @@
+//! The mailbox read API, versioned under `/v1` (JSON), plus `/healthz`, `/readyz`, `/metrics`.
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | GET | `/v1/tenants/{tenant}/users/{user}/mailbox?after=&limit=` | entries after a cursor, and the covered cursor |
+//! | POST | `/v1/tenants/{tenant}/users/{user}/mailbox/truncate` | the client acknowledged up to `through` |
+//!
+//! Ids are 32 hex digits; cursors are mailbox seqs written `epoch:position`. A page never goes
+//! past the user's lane watermark, so it never shows an entry whose dispatch is still being
+//! written, and `covered` never claims a seq that unfinished or expired work could contradict.
+//! Errors are `{"error": {"code", "message"}}`: 400 `invalid_request`/`invalid_query`/
+//! `invalid_json` for bad input, 401 `unauthorized`, 410 `cursor_expired` (with
+//! `error.earliest`, the earliest valid cursor), 503 `unavailable` when the store is down.
+
+mod mailbox;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use metrics::counter;
+use metrics_exporter_prometheus::PrometheusHandle;
+use qim_store::mailbox::ShardEpoch;
+use qim_store::service::http::{operational_routes, require_bearer, ReadinessCheck};
+use qim_store::MailboxStore;
+
+use crate::metrics::HTTP_REQUESTS;
+
+/// Largest request body (a truncate request is a few dozen bytes).
+const MAX_BODY_BYTES: usize = 4 * 1024;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct ApiState {
+    /// Mailboxes and watermarks.
+    pub store: Arc<dyn MailboxStore>,
+    /// Mailbox shards (to find a user's shard).
+    pub shards: u16,
+    /// The current shard epoch.
+    pub epoch: ShardEpoch,
+}
+
+/// The whole router: `/v1` behind the optional bearer token, operational routes open.
+pub fn router(state: ApiState, token: Option<String>, metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
+    let v1 = Router::new()
+        .route("/v1/tenants/{tenant}/users/{user}/mailbox", get(mailbox::range))
+        .route("/v1/tenants/{tenant}/users/{user}/mailbox/truncate", post(mailbox::truncate))
+        .layer(middleware::from_fn_with_state(token.map(Arc::<str>::from), require_bearer))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state);
+    v1.merge(operational_routes(metrics, ready)).layer(middleware::from_fn(count_requests))
+}
+
+/// Counts answers by matched route (never the raw path: ids would explode cardinality).
+async fn count_requests(request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let response = next.run(request).await;
+    counter!(HTTP_REQUESTS, "route" => route, "status" => response.status().as_u16().to_string()).increment(1);
+    response
+}

@@ -1,0 +1,96 @@
+//! Opening the configured backend: the mailbox store and the membership store, then a readiness
+//! check. Never migrates (that is `qim-mailbox-dispatcher migrate`) and never falls back to
+//! another backend.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use qim_store::clock::SystemClock;
+use qim_store::mailbox::MailboxRetention;
+use qim_store::redis::RedisMailboxStore;
+use qim_store::scylla::{open_session, readiness, ScyllaMailboxStore};
+use qim_store::service::http::ReadinessCheck;
+use qim_store::{MailboxStore, MembershipStore};
+
+use crate::config::Backend;
+
+/// The opened stores of one dispatcher.
+pub struct Stores {
+    /// Mailboxes, dispatch bookkeeping and watermarks.
+    pub mailbox: Arc<dyn MailboxStore>,
+    /// Conversation membership (written by the writer's admin API).
+    pub members: Arc<dyn MembershipStore>,
+    /// Whether the backend can serve now.
+    pub ready: ReadinessCheck,
+    /// The Scylla mailbox store itself, for its LWT counter (benchmarks).
+    pub scylla: Option<ScyllaMailboxStore>,
+}
+
+/// Connects to `backend` and checks it is ready (the schema present, for Scylla).
+pub async fn open(backend: &Backend, retention: MailboxRetention) -> anyhow::Result<Stores> {
+    match backend {
+        Backend::Redis(config) => {
+            let store = RedisMailboxStore::open(config, retention, Arc::new(SystemClock))
+                .await
+                .with_context(|| format!("opening the redis mailbox store at {}", config.url))?;
+            let members = members_redis(config).await?;
+            let url = config.url.clone();
+            let ready: ReadinessCheck = Arc::new(move || {
+                let url = url.clone();
+                Box::pin(async move { ping_redis(&url).await })
+            });
+            ping_redis(&config.url).await.map_err(anyhow::Error::msg)?;
+            Ok(Stores { mailbox: Arc::new(store), members, ready, scylla: None })
+        }
+        Backend::Scylla(config) => {
+            let session = Arc::new(
+                open_session(config)
+                    .await
+                    .with_context(|| format!("connecting to scylla for keyspace {}", config.keyspace))?,
+            );
+            let schema = readiness(&session, config).await.context("reading the scylla schema")?;
+            if !schema.is_ready() {
+                bail!(
+                    "scylla keyspace {} is not ready: {schema:?}; run `qim-mailbox-dispatcher migrate`",
+                    config.keyspace
+                );
+            }
+            let store =
+                ScyllaMailboxStore::connect(Arc::clone(&session), &config.keyspace, retention, Arc::new(SystemClock))
+                    .await
+                    .with_context(|| format!("preparing the mailbox statements in keyspace {}", config.keyspace))?;
+            let members = members_scylla(&session, config).await?;
+            let (probe, config) = (Arc::clone(&session), config.clone());
+            let ready: ReadinessCheck = Arc::new(move || {
+                let (probe, config) = (Arc::clone(&probe), config.clone());
+                Box::pin(async move {
+                    match readiness(&probe, &config).await {
+                        Ok(r) if r.is_ready() => Ok(()),
+                        Ok(r) => Err(format!("{r:?}")),
+                        Err(e) => Err(e.to_string()),
+                    }
+                })
+            });
+            Ok(Stores { mailbox: Arc::new(store.clone()), members, ready, scylla: Some(store) })
+        }
+    }
+}
+
+async fn ping_redis(url: &str) -> Result<(), String> {
+    let client = redis::Client::open(url).map_err(|e| format!("redis url: {e}"))?;
+    let mut conn = client.get_multiplexed_async_connection().await.map_err(|e| format!("redis at {url}: {e}"))?;
+    redis::cmd("PING").query_async::<String>(&mut conn).await.map(drop).map_err(|e| format!("redis at {url}: {e}"))
+}
+
+async fn members_redis(_config: &qim_store::redis::RedisConfig) -> anyhow::Result<Arc<dyn MembershipStore>> {
+    // TODO(membership): RedisMembershipStore in the same namespace once it lands.
+    Ok(Arc::new(qim_store::memory::MemoryMembershipStore::new()))
+}
+
+async fn members_scylla(
+    _session: &Arc<scylla::client::session::Session>,
+    _config: &qim_store::scylla::ScyllaConfig,
+) -> anyhow::Result<Arc<dyn MembershipStore>> {
+    // TODO(membership): ScyllaMembershipStore once it lands.
+    Ok(Arc::new(qim_store::memory::MemoryMembershipStore::new()))
+}

@@ -1,0 +1,316 @@
+//! Kafka plumbing shared by the router and the shard workers: consumer settings, the
+//! rebalance-aware consumer context, the acknowledged producer and the dead-letter writer.
+//!
+//! Both consumers run at-least-once: `enable.auto.offset.store=false`, and an offset is stored
+//! (then auto-committed) only after the record's effect is durable. Assignment is
+//! `cooperative-sticky`, so a rebalance moves only the partitions that change owner.
+//!
+//! Revocation is handled explicitly: [`GroupContext`] keeps a cancellation token per owned
+//! partition; the revoke callback cancels it *before* the partition is given up, so the work of
+//! that partition stops scheduling new steps at once (steps already started finish; they are
+//! idempotent, and the new owner redoes whatever was not stored).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use metrics::counter;
+use rdkafka::client::ClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{DEAD_LETTERS, REBALANCES};
+
+/// How long one produce may wait for its acknowledgement before it is retried.
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Settings of a dispatcher consumer in `group`.
+pub fn consumer_config(brokers: &str, group: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "2000");
+    c
+}
+
+/// The partitions a consumer owns, each with the token that stops its work.
+#[derive(Default)]
+pub struct Owned {
+    partitions: Mutex<HashMap<i32, CancellationToken>>,
+}
+
+impl Owned {
+    /// The token of `partition` while it is assigned.
+    pub fn token(&self, partition: i32) -> Option<CancellationToken> {
+        self.lock().get(&partition).cloned()
+    }
+
+    /// Cancels and forgets every partition (shutdown).
+    pub fn release_all(&self) {
+        for (_, token) in self.lock().drain() {
+            token.cancel();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, CancellationToken>> {
+        self.partitions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Consumer context: records assignments in [`Owned`] and cancels revoked partitions' work.
+pub struct GroupContext {
+    consumer: &'static str,
+    topic: String,
+    owned: Arc<Owned>,
+}
+
+impl GroupContext {
+    /// A context for `consumer` (`router` or `shards`, for logs and metrics) reading `topic`.
+    pub fn new(consumer: &'static str, topic: &str) -> Self {
+        Self { consumer, topic: topic.to_owned(), owned: Arc::default() }
+    }
+
+    /// The owned-partition registry.
+    pub fn owned(&self) -> Arc<Owned> {
+        Arc::clone(&self.owned)
+    }
+
+    fn partitions<'a>(&'a self, tpl: &'a rdkafka::TopicPartitionList) -> impl Iterator<Item = i32> + 'a {
+        tpl.elements().into_iter().filter(|e| e.topic() == self.topic).map(|e| e.partition())
+    }
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let mut owned = self.owned.lock();
+            let revoked: Vec<i32> = self.partitions(tpl).collect();
+            for p in &revoked {
+                if let Some(token) = owned.remove(p) {
+                    token.cancel();
+                }
+            }
+            counter!(REBALANCES, "consumer" => self.consumer, "event" => "revoke").increment(1);
+            tracing::info!(consumer = self.consumer, partitions = ?revoked, "partitions revoked, their work stops");
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let mut owned = self.owned.lock();
+                let assigned: Vec<i32> = self.partitions(tpl).collect();
+                for p in &assigned {
+                    owned.entry(*p).or_default();
+                }
+                counter!(REBALANCES, "consumer" => self.consumer, "event" => "assign").increment(1);
+                tracing::info!(consumer = self.consumer, partitions = ?assigned, "partitions assigned");
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::warn!(consumer = self.consumer, error = %e, "rebalance failed"),
+        }
+    }
+}
+
+/// Why a produce failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendError {
+    /// The broker will never take this record (too large, invalid): retrying is pointless.
+    Permanent(String),
+    /// Anything else (timeouts, broker down): retry.
+    Transient(String),
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SendError::Permanent(m) => write!(f, "{m} (permanent)"),
+            SendError::Transient(m) => f.write_str(m),
+        }
+    }
+}
+
+fn classify(topic: &str, e: &KafkaError) -> SendError {
+    let message = format!("delivering to {topic}: {e}");
+    match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidRecord) => SendError::Permanent(message),
+        _ => SendError::Transient(message),
+    }
+}
+
+/// A record enqueued in the producer; resolves at the broker's acknowledgement.
+pub struct Pending {
+    topic: String,
+    delivery: DeliveryFuture,
+}
+
+impl Pending {
+    /// Waits for the acknowledgement.
+    pub async fn acked(self) -> Result<(), SendError> {
+        match self.delivery.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((e, _))) => Err(classify(&self.topic, &e)),
+            Err(_) => Err(SendError::Transient(format!("delivering to {}: the producer went away", self.topic))),
+        }
+    }
+}
+
+/// The dispatcher's producer: idempotent, `acks=all`, so records enqueued in order reach each
+/// partition in that order, and every send resolves at the broker's acknowledgement.
+#[derive(Clone)]
+pub struct AckedProducer {
+    producer: FutureProducer,
+}
+
+/// One record to produce.
+pub struct Outgoing<'a> {
+    /// Target topic.
+    pub topic: &'a str,
+    /// Explicit partition, or `None` for the key's hash.
+    pub partition: Option<i32>,
+    /// Key bytes.
+    pub key: &'a [u8],
+    /// Value bytes.
+    pub value: &'a [u8],
+    /// Header pairs.
+    pub headers: &'a [(&'a str, &'a [u8])],
+}
+
+/// Pause while the producer's local queue is full.
+const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(10);
+
+impl AckedProducer {
+    /// Creates the producer (no network round trip yet).
+    pub fn new(brokers: &str) -> Result<Self, String> {
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "2")
+            .set("compression.type", "lz4")
+            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
+            .create()
+            .map_err(|e| format!("creating the kafka producer: {e}"))?;
+        Ok(Self { producer })
+    }
+
+    /// Enqueues `record` now (so enqueue order is log order per partition), waiting while the
+    /// local queue is full.
+    pub async fn enqueue(&self, record: Outgoing<'_>) -> Result<Pending, SendError> {
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in record.headers {
+            headers = headers.insert(Header { key: k, value: Some(*v) });
+        }
+        let mut r = FutureRecord::to(record.topic).key(record.key).payload(record.value).headers(headers);
+        if let Some(p) = record.partition {
+            r = r.partition(p);
+        }
+        loop {
+            match self.producer.send_result(r) {
+                Ok(delivery) => return Ok(Pending { topic: record.topic.to_owned(), delivery }),
+                Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                    r = back;
+                    tokio::time::sleep(QUEUE_FULL_PAUSE).await;
+                }
+                Err((e, _)) => return Err(classify(record.topic, &e)),
+            }
+        }
+    }
+
+    /// Produces `record` and waits for the broker's acknowledgement.
+    pub async fn send(&self, record: Outgoing<'_>) -> Result<(), SendError> {
+        self.enqueue(record).await?.acked().await
+    }
+
+    /// Waits up to `timeout` for queued records.
+    pub fn flush(&self, timeout: Duration) -> Result<(), String> {
+        self.producer.flush(Timeout::After(timeout)).map_err(|e| e.to_string())
+    }
+
+    /// The number of partitions of `topic`, read from the cluster within `timeout`.
+    pub async fn partitions(&self, topic: &str, timeout: Duration) -> Result<usize, String> {
+        let producer = self.producer.clone();
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let md = producer
+                .client()
+                .fetch_metadata(Some(&topic), timeout)
+                .map_err(|e| format!("reading metadata of {topic}: {e}"))?;
+            let t = md.topics().first().ok_or_else(|| format!("topic {topic} missing from metadata"))?;
+            if let Some(e) = t.error() {
+                return Err(format!("topic {topic}: {e:?}"));
+            }
+            if t.partitions().is_empty() {
+                return Err(format!("topic {topic} does not exist"));
+            }
+            Ok(t.partitions().len())
+        })
+        .await
+        .map_err(|e| format!("metadata task: {e}"))?
+    }
+}
+
+/// Where a refused record came from, and why it was refused.
+pub struct Refused<'a> {
+    /// Source topic.
+    pub topic: &'a str,
+    /// Source partition.
+    pub partition: i32,
+    /// Source offset.
+    pub offset: i64,
+    /// The record's key, if any.
+    pub key: Option<&'a [u8]>,
+    /// The record's value, if any.
+    pub value: Option<&'a [u8]>,
+    /// A short stable reason (`undecodable`, `dispatch_conflict`, ...).
+    pub reason: &'a str,
+}
+
+/// Writes `refused` to `dlq_topic` with the reason and source in headers, retrying until the
+/// broker acknowledges it. `false` when `cancel` fired between attempts (nothing is stored then).
+pub async fn dead_letter(
+    producer: &AckedProducer,
+    dlq_topic: &str,
+    refused: Refused<'_>,
+    cancel: &CancellationToken,
+) -> bool {
+    use qim_store::topic::{HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
+    let source = format!("{}/{}/{}", refused.topic, refused.partition, refused.offset);
+    let headers = [(HEADER_DLQ_REASON, refused.reason.as_bytes()), (HEADER_DLQ_SOURCE, source.as_bytes())];
+    let mut backoff = crate::retry::Backoff::default();
+    loop {
+        let out = Outgoing {
+            topic: dlq_topic,
+            partition: None,
+            key: refused.key.unwrap_or_default(),
+            value: refused.value.unwrap_or_default(),
+            headers: &headers,
+        };
+        match producer.send(out).await {
+            Ok(()) => {
+                counter!(DEAD_LETTERS, "topic" => refused.topic.to_owned()).increment(1);
+                tracing::warn!(source = %source, reason = refused.reason, "record dead-lettered");
+                return true;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, source = %source, "dead-lettering failed, retrying");
+                if !backoff.pause(cancel).await {
+                    return false;
+                }
+            }
+        }
+    }
+}

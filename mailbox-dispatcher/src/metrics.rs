@@ -1,0 +1,53 @@
+//! The dispatcher's metric names (Prometheus), in one place. Labels are low-cardinality: shard
+//! numbers (bounded by `QIM_MAILBOX_SHARDS`), outcomes and error kinds, never ids.
+
+/// Counter, label `outcome`: `routed` (dispatch records acknowledged), `no_members`,
+/// `dead_lettered` (undecodable message).
+pub const ROUTER_MESSAGES: &str = "qim_dispatcher_router_messages_total";
+/// Histogram: recipients of one routed message (its conversation's members).
+pub const ROUTER_FANOUT: &str = "qim_dispatcher_router_fanout_recipients";
+/// Histogram: dispatch records (shards with recipients) one routed message produced.
+pub const ROUTER_FANOUT_SHARDS: &str = "qim_dispatcher_router_fanout_shards";
+/// Counter, label `outcome`: `begun` (first observation), `duplicate`, `conflict` and
+/// `invalid` (both dead-lettered).
+pub const DISPATCHES: &str = "qim_dispatcher_dispatches_total";
+/// Counter: duplicate dispatch records absorbed (they reused the first receipt).
+pub const DUPLICATES_ABSORBED: &str = "qim_dispatcher_duplicates_absorbed_total";
+/// Counter: mailbox entries written (a replayed chunk counts again).
+pub const ENTRIES_WRITTEN: &str = "qim_dispatcher_entries_written_total";
+/// Histogram (seconds): one chunk written and marked complete.
+pub const CHUNK_SECONDS: &str = "qim_dispatcher_chunk_seconds";
+/// Gauge, label `shard`: highest observed offset minus the lowest lane watermark of the shard
+/// (offset distance; 0 when every lane passed everything observed).
+pub const LANE_WATERMARK_LAG: &str = "qim_dispatcher_lane_watermark_lag";
+/// Counter, label `shard`: lane watermark advances written.
+pub const WATERMARK_ADVANCES: &str = "qim_dispatcher_watermark_advances_total";
+/// Counter, labels `step` and `kind`: store or Kafka failures that were retried.
+pub const RETRIES: &str = "qim_dispatcher_retries_total";
+/// Counter, label `topic`: records written to the dead-letter topic.
+pub const DEAD_LETTERS: &str = "qim_dispatcher_dead_letters_total";
+/// Counter, labels `consumer` (`router`, `shards`) and `event` (`assign`, `revoke`).
+pub const REBALANCES: &str = "qim_dispatcher_rebalances_total";
+/// Counter: completed dispatches forgotten by GC.
+pub const DISPATCHES_COLLECTED: &str = "qim_dispatcher_dispatches_collected_total";
+/// Counter, labels `route` and `status`: HTTP requests answered.
+pub const HTTP_REQUESTS: &str = "qim_dispatcher_http_requests_total";
+
+/// Describes every metric once at startup, so `/metrics` documents them.
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    describe_counter!(ROUTER_MESSAGES, "Committed messages the router handled, by outcome.");
+    describe_histogram!(ROUTER_FANOUT, "Recipients of one routed message.");
+    describe_histogram!(ROUTER_FANOUT_SHARDS, "Dispatch records one routed message produced.");
+    describe_counter!(DISPATCHES, "Dispatch records the shard workers observed, by outcome.");
+    describe_counter!(DUPLICATES_ABSORBED, "Duplicate dispatch records that reused the first receipt.");
+    describe_counter!(ENTRIES_WRITTEN, "Mailbox entries written.");
+    describe_histogram!(CHUNK_SECONDS, Unit::Seconds, "Latency of one chunk: entries written and marked complete.");
+    describe_gauge!(LANE_WATERMARK_LAG, "Highest observed offset minus the lowest lane watermark, per shard.");
+    describe_counter!(WATERMARK_ADVANCES, "Lane watermark advances written, per shard.");
+    describe_counter!(RETRIES, "Failed store or Kafka steps that were retried, by step and error kind.");
+    describe_counter!(DEAD_LETTERS, "Records written to the dead-letter topic.");
+    describe_counter!(REBALANCES, "Consumer group rebalances, by consumer and event.");
+    describe_counter!(DISPATCHES_COLLECTED, "Completed dispatches forgotten by GC.");
+    describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status.");
+}

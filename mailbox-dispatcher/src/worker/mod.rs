@@ -1,0 +1,172 @@
+//! The shard workers: one consumer of the dispatch topic (group `<group>.shards`) feeding one
+//! [`Pipeline`] per assigned partition (= mailbox shard).
+//!
+//! For each dispatch record: the canonical `MailboxSeq` comes from its first observed offset
+//! (a duplicate at a later offset reuses that receipt); a record with the same id and a
+//! different manifest is refused explicitly (`DispatchConflict`) and dead-lettered; the
+//! recipients are split over 64 lanes by user hash and written in chunks of at most 256; each
+//! `(shard, lane)` watermark advances page-wise and never past a record whose lane work is
+//! incomplete. See [`pipeline`] for the scheduling and [`window`] for the bookkeeping.
+//!
+//! The consumer hands records to the pipeline of their partition through a bounded channel; a
+//! full channel stops polling (backpressure; librdkafka's `max.poll.interval.ms`, 5 min, is far
+//! above a healthy pipeline's stall). Records of a partition this consumer does not own (any
+//! more) are dropped: their new owner reads them from the committed offset.
+
+pub mod pipeline;
+pub mod steps;
+pub mod window;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use qim_store::mailbox::ShardId;
+use qim_store::MailboxStore;
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Message};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use self::pipeline::Pipeline;
+use self::steps::{Record, ShardContext};
+use crate::config::DispatcherConfig;
+use crate::kafka::{consumer_config, AckedProducer, GroupContext, Owned};
+
+/// Records buffered between the consumer and one pipeline.
+const CHANNEL: usize = 256;
+/// How long shutdown waits for in-flight steps before abandoning them (they are redone).
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A running pipeline and the partition token it was started under.
+struct Running {
+    token: CancellationToken,
+    input: mpsc::Sender<Record>,
+    task: JoinHandle<()>,
+}
+
+/// The shard workers of one process.
+pub struct ShardWorkers {
+    consumer: Arc<StreamConsumer<GroupContext>>,
+    owned: Arc<Owned>,
+    ctx: Arc<ShardContext>,
+}
+
+impl ShardWorkers {
+    /// Joins the shard workers' consumer group (subscribed, not yet polling).
+    pub fn new(
+        config: &DispatcherConfig,
+        store: Arc<dyn MailboxStore>,
+        producer: AckedProducer,
+    ) -> anyhow::Result<Self> {
+        let kafka = &config.kafka;
+        let context = GroupContext::new("shards", &kafka.dispatch_topic);
+        let owned = context.owned();
+        let consumer: StreamConsumer<GroupContext> = consumer_config(&kafka.brokers, &kafka.shard_group())
+            .create_with_context(context)
+            .context("creating the shard workers' consumer")?;
+        consumer.subscribe(&[&kafka.dispatch_topic]).context("subscribing to the dispatch topic")?;
+        let consumer = Arc::new(consumer);
+        let ctx = Arc::new(ShardContext {
+            store,
+            producer,
+            consumer: Arc::clone(&consumer),
+            kafka: kafka.clone(),
+            epoch: config.epoch,
+            chunks_in_flight: config.chunks_in_flight,
+            keep: config.keep_dispatches,
+        });
+        Ok(Self { consumer, owned, ctx })
+    }
+
+    /// Consumes until `shutdown`; then every pipeline finishes what it started (abandoned after
+    /// [`DRAIN_TIMEOUT`]) and the stored offsets are committed.
+    pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let mut running: HashMap<i32, Running> = HashMap::new();
+        let mut stopped: Vec<JoinHandle<()>> = Vec::new();
+        loop {
+            let received = tokio::select! {
+                () = shutdown.cancelled() => break,
+                received = self.consumer.recv() => received,
+            };
+            let m = match received {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "shard consumer error");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let Some(input) = self.pipeline_for(&m, &mut running, &mut stopped, &shutdown) else { continue };
+            let record = Record {
+                offset: u64::try_from(m.offset()).unwrap_or_default(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+            };
+            drop(m);
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                sent = input.send(record) => if sent.is_err() {
+                    tracing::debug!("a pipeline stopped before taking a record (revoked)");
+                },
+            }
+        }
+        tracing::info!(pipelines = running.len(), "shard workers draining");
+        stopped.extend(running.into_values().map(|r| r.task));
+        let owned = Arc::clone(&self.owned);
+        let abandon = tokio::spawn(async move {
+            tokio::time::sleep(DRAIN_TIMEOUT).await;
+            tracing::warn!("shard drain timed out, abandoning in-flight steps (they are redone)");
+            owned.release_all();
+        });
+        for task in stopped {
+            if let Err(e) = task.await {
+                if let Ok(panic) = e.try_into_panic() {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+        abandon.abort();
+        self.owned.release_all();
+        if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
+            tracing::debug!(error = %e, "final shard commit (nothing stored?)");
+        }
+        tracing::info!("shard workers stopped");
+        Ok(())
+    }
+
+    /// The input of the pipeline of `m`'s partition, started if needed; `None` when the
+    /// partition is not (or no longer) ours.
+    fn pipeline_for(
+        &self,
+        m: &BorrowedMessage<'_>,
+        running: &mut HashMap<i32, Running>,
+        stopped: &mut Vec<JoinHandle<()>>,
+        shutdown: &CancellationToken,
+    ) -> Option<mpsc::Sender<Record>> {
+        let partition = m.partition();
+        let Some(token) = self.owned.token(partition) else {
+            tracing::debug!(partition, offset = m.offset(), "record of a partition not owned, dropped");
+            return None;
+        };
+        // Pipelines of revoked partitions finish in the background; reap the finished ones.
+        stopped.retain(|t| !t.is_finished());
+        if let Some(r) = running.get(&partition) {
+            if !r.token.is_cancelled() {
+                return Some(r.input.clone());
+            }
+        }
+        if let Some(old) = running.remove(&partition) {
+            stopped.push(old.task);
+        }
+        let Ok(shard) = u16::try_from(partition).map(ShardId) else { return None };
+        let (tx, rx) = mpsc::channel(CHANNEL);
+        let pipeline = Pipeline::new(Arc::clone(&self.ctx), shard, token.clone(), shutdown.clone());
+        let task = tokio::spawn(pipeline.run(rx));
+        tracing::info!(shard = shard.0, "shard pipeline started");
+        running.insert(partition, Running { token, input: tx.clone(), task });
+        Some(tx)
+    }
+}

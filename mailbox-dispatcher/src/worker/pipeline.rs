@@ -1,0 +1,342 @@
+//! One shard's pipeline: the records of one dispatch partition, in offset order, through
+//! begin → 64 lanes of chunks → page-wise lane watermarks → stored offsets.
+//!
+//! - **Begin** runs in log order, a few records at once but never two of one dispatch id, so the
+//!   first observation of a dispatch is always begun before its duplicates.
+//! - **Chunks** (at most 256 recipients each) wait in one queue per lane and are started round
+//!   robin over the lanes, at most [`LANE_MAX_IN_FLIGHT`] per lane and `chunks_in_flight` per
+//!   shard: a 10 000-recipient group occupies its lanes' queues, never the whole shard, and
+//!   every other lane keeps moving.
+//! - **Watermarks** advance page-wise: every [`ADVANCE_EVERY`], each lane whose complete prefix
+//!   grew gets one `advance_watermark` to the highest source of that prefix (see
+//!   [`super::window`]); the store checks every source it passes, so even a wrong target can
+//!   not pass incomplete work.
+//! - **Offsets** are stored once a record is complete in every lane (its entries and chunk
+//!   completions are durable), in order.
+//! - **Memory** is bounded: at most [`MAX_WINDOW_RECORDS`] records or [`MAX_WINDOW_BYTES`] of
+//!   record bytes in flight; beyond that the pipeline stops reading its input, the worker's
+//!   channel fills and the consumer stops polling (backpressure).
+//!
+//! Revocation cancels the partition's token: nothing new starts, steps already started finish
+//! (their retries stop), nothing more is stored. Shutdown stops intake, finishes what is in
+//! flight and stores its offsets.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, gauge};
+use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardId, LANES};
+use qim_store::StoreResult;
+use rdkafka::consumer::Consumer;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::steps::{advance, begin, read_watermarks, write_chunk, Begun, ChunkDone, ChunkJob, Record, ShardContext};
+use super::window::Window;
+use crate::metrics::{DISPATCHES_COLLECTED, LANE_WATERMARK_LAG, WATERMARK_ADVANCES};
+
+/// Most records in flight per shard.
+pub const MAX_WINDOW_RECORDS: usize = 1024;
+/// Most record bytes in flight per shard (one larger record is still admitted alone).
+pub const MAX_WINDOW_BYTES: usize = 8 << 20;
+/// Most records being begun at once.
+const BEGINS_IN_FLIGHT: usize = 8;
+/// Most chunks of one lane in flight.
+pub const LANE_MAX_IN_FLIGHT: usize = 4;
+/// How often lane watermarks advance (one page of completed records each time).
+pub const ADVANCE_EVERY: Duration = Duration::from_millis(20);
+/// How often completed dispatches are collected.
+const GC_EVERY: Duration = Duration::from_secs(300);
+/// Most dispatches collected per pass.
+const GC_LIMIT: usize = 1_000;
+
+const LANE_COUNT: usize = LANES as usize;
+
+/// A finished task of the pipeline.
+enum Done {
+    Begin(u64, Vec<u8>, Begun),
+    Chunk(ChunkDone),
+    Advance(LaneId, StoreResult<LaneWatermark>),
+    Watermarks(StoreResult<Vec<LaneWatermark>>),
+    Gc(StoreResult<usize>),
+}
+
+/// One shard's pipeline (see the module docs).
+pub struct Pipeline {
+    ctx: Arc<ShardContext>,
+    shard: ShardId,
+    revoked: CancellationToken,
+    shutdown: CancellationToken,
+    window: Window,
+    to_begin: VecDeque<Record>,
+    beginning: HashSet<Vec<u8>>,
+    lanes: Vec<VecDeque<ChunkJob>>,
+    lane_running: [usize; LANE_COUNT],
+    next_lane: usize,
+    chunks_running: usize,
+    advancing: [bool; LANE_COUNT],
+    advanced: [Option<u64>; LANE_COUNT],
+    watermarks_known: bool,
+    gc_running: bool,
+    last_gc: Instant,
+    dirty: bool,
+    tasks: JoinSet<Done>,
+}
+
+impl Pipeline {
+    /// A pipeline for `shard`; `revoked` is its partition's token.
+    pub fn new(
+        ctx: Arc<ShardContext>,
+        shard: ShardId,
+        revoked: CancellationToken,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            ctx,
+            shard,
+            revoked,
+            shutdown,
+            window: Window::default(),
+            to_begin: VecDeque::new(),
+            beginning: HashSet::new(),
+            lanes: (0..LANE_COUNT).map(|_| VecDeque::new()).collect(),
+            lane_running: [0; LANE_COUNT],
+            next_lane: 0,
+            chunks_running: 0,
+            advancing: [false; LANE_COUNT],
+            advanced: [None; LANE_COUNT],
+            watermarks_known: false,
+            gc_running: false,
+            last_gc: Instant::now(),
+            dirty: false,
+            tasks: JoinSet::new(),
+        }
+    }
+
+    fn stopping(&self) -> bool {
+        self.revoked.is_cancelled() || self.shutdown.is_cancelled()
+    }
+
+    /// Runs until revoked or shut down, then until every started step finished.
+    pub async fn run(mut self, mut input: mpsc::Receiver<Record>) {
+        let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
+        self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
+        let mut tick = tokio::time::interval(ADVANCE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut closed = false;
+        loop {
+            let stopping = self.stopping() || closed;
+            if !stopping {
+                self.start_begins();
+                self.start_chunks();
+            }
+            if stopping && self.tasks.is_empty() {
+                break;
+            }
+            let room = self.window.has_room(MAX_WINDOW_RECORDS, MAX_WINDOW_BYTES);
+            tokio::select! {
+                Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => match done {
+                    Ok(done) => self.finished(done),
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(e) => tracing::warn!(shard = shard.0, error = %e, "a pipeline task was cancelled"),
+                    },
+                },
+                received = input.recv(), if !stopping && room => match received {
+                    Some(record) => {
+                        let weight = record.value.as_ref().map_or(0, Vec::len);
+                        self.window.push(record.offset, weight);
+                        self.to_begin.push_back(record);
+                    }
+                    None => closed = true,
+                },
+                _ = tick.tick() => self.tick(),
+                () = self.revoked.cancelled(), if !stopping => {}
+                () = self.shutdown.cancelled(), if !stopping => {}
+            }
+            self.store_completed();
+        }
+        let why = if self.revoked.is_cancelled() && !self.shutdown.is_cancelled() { "revoked" } else { "shutdown" };
+        tracing::info!(shard = shard.0, why, left_in_flight = self.window.len(), "shard pipeline stopped");
+    }
+
+    /// Starts begins in log order, skipping none: stops at a record whose dispatch id is being
+    /// begun already (its duplicate must see the first observation's receipt).
+    fn start_begins(&mut self) {
+        while self.beginning.len() < BEGINS_IN_FLIGHT {
+            let Some(front) = self.to_begin.front() else { return };
+            let key = front.key.clone().unwrap_or_default();
+            if self.beginning.contains(&key) {
+                return;
+            }
+            let record = self.to_begin.pop_front().expect("front exists");
+            self.beginning.insert(key.clone());
+            let (ctx, shard, cancel) = (Arc::clone(&self.ctx), self.shard, self.revoked.clone());
+            let offset = record.offset;
+            self.tasks.spawn(async move { Done::Begin(offset, key, begin(ctx, shard, record, cancel).await) });
+        }
+    }
+
+    /// Starts chunks round robin over the lanes, within the shard's and each lane's bound.
+    fn start_chunks(&mut self) {
+        while self.chunks_running < self.ctx.chunks_in_flight {
+            let Some(lane) = (0..LANE_COUNT)
+                .map(|i| (self.next_lane + i) % LANE_COUNT)
+                .find(|l| !self.lanes[*l].is_empty() && self.lane_running[*l] < LANE_MAX_IN_FLIGHT)
+            else {
+                return;
+            };
+            let job = self.lanes[lane].pop_front().expect("lane has work");
+            self.next_lane = (lane + 1) % LANE_COUNT;
+            self.lane_running[lane] += 1;
+            self.chunks_running += 1;
+            let (store, cancel) = (Arc::clone(&self.ctx.store), self.revoked.clone());
+            self.tasks.spawn(async move { Done::Chunk(write_chunk(store, job, cancel).await) });
+        }
+    }
+
+    fn finished(&mut self, done: Done) {
+        match done {
+            Done::Begin(offset, key, begun) => {
+                self.beginning.remove(&key);
+                self.begun(offset, begun);
+            }
+            Done::Chunk(c) => {
+                let lane = usize::from(c.chunk.lane.get());
+                self.lane_running[lane] -= 1;
+                self.chunks_running -= 1;
+                if c.completed {
+                    self.window.chunk_done(c.offset, c.chunk);
+                    self.dirty = true;
+                }
+            }
+            Done::Advance(lane, result) => {
+                let l = usize::from(lane.get());
+                self.advancing[l] = false;
+                match result {
+                    Ok(wm) => {
+                        self.advanced[l] = self.advanced[l].max(wm.through);
+                        counter!(WATERMARK_ADVANCES, "shard" => self.shard.0.to_string()).increment(1);
+                    }
+                    Err(e) => {
+                        tracing::warn!(shard = self.shard.0, lane = lane.get(), error = %e, "watermark advance failed, retrying next page")
+                    }
+                }
+            }
+            Done::Watermarks(Ok(wms)) => {
+                for wm in wms {
+                    let l = usize::from(wm.lane.get());
+                    self.advanced[l] = self.advanced[l].max(wm.through);
+                }
+                self.watermarks_known = true;
+            }
+            Done::Watermarks(Err(e)) => {
+                tracing::warn!(shard = self.shard.0, error = %e, "reading lane watermarks failed (lag unknown until they advance)");
+            }
+            Done::Gc(result) => {
+                self.gc_running = false;
+                match result {
+                    Ok(n) => counter!(DISPATCHES_COLLECTED).increment(n as u64),
+                    Err(e) => {
+                        tracing::warn!(shard = self.shard.0, error = %e, "collecting completed dispatches failed")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Places a begun record in the window and queues its chunks.
+    fn begun(&mut self, offset: u64, begun: Begun) {
+        match begun {
+            Begun::Abandoned => {}
+            Begun::Refused => {
+                self.window.skip(offset);
+                self.dirty = true;
+            }
+            Begun::Dispatch { receipt, manifest, completed } => {
+                let first = self.window.work_of(&receipt.id);
+                if let (Some(_), Some(first)) = (&completed, first) {
+                    // A duplicate of a record still in flight here: it completes with it.
+                    self.window.dup_of(offset, first);
+                    self.dirty = true;
+                    return;
+                }
+                let done: HashSet<ChunkId> = completed.unwrap_or_default().into_iter().collect();
+                let counts = manifest.chunk_counts();
+                let mut remaining = counts;
+                for lane in LaneId::all() {
+                    let l = usize::from(lane.get());
+                    for index in 0..counts[l] {
+                        let chunk = ChunkId { lane, index };
+                        if done.contains(&chunk) {
+                            remaining[l] -= 1;
+                        } else {
+                            let job = ChunkJob { offset, receipt, manifest: Arc::clone(&manifest), chunk };
+                            self.lanes[l].push_back(job);
+                        }
+                    }
+                }
+                self.window.work(offset, receipt.id, remaining);
+                self.dirty = true;
+            }
+        }
+    }
+
+    /// One page: advance every lane whose complete prefix grew; report lag; collect.
+    fn tick(&mut self) {
+        if self.revoked.is_cancelled() {
+            return;
+        }
+        if self.dirty {
+            self.dirty = false;
+            for lane in LaneId::all() {
+                let l = usize::from(lane.get());
+                if self.advancing[l] {
+                    self.dirty = true; // look again once it finished
+                    continue;
+                }
+                let Some(target) = self.window.lane_target(lane) else { continue };
+                if self.advanced[l].is_some_and(|w| w >= target) {
+                    continue;
+                }
+                self.advancing[l] = true;
+                let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
+                self.tasks.spawn(async move {
+                    let (lane, result) = advance(store, shard, lane, target).await;
+                    Done::Advance(lane, result)
+                });
+            }
+        }
+        if self.watermarks_known {
+            if let Some(highest) = self.window.highest() {
+                let lowest = self.advanced.iter().map(|w| w.map_or(0, |w| w + 1)).min().unwrap_or(0);
+                let lag = (highest + 1).saturating_sub(lowest);
+                gauge!(LANE_WATERMARK_LAG, "shard" => self.shard.0.to_string()).set(lag as f64);
+            }
+        }
+        if !self.gc_running && self.last_gc.elapsed() >= GC_EVERY {
+            self.gc_running = true;
+            self.last_gc = Instant::now();
+            let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
+            let keep = i64::try_from(self.ctx.keep.as_millis()).unwrap_or(i64::MAX);
+            let before = qim_store::ids::UnixMillis::now().0.saturating_sub(keep);
+            self.tasks.spawn(async move { Done::Gc(store.gc_completed_dispatches(shard, before, GC_LIMIT).await) });
+        }
+    }
+
+    /// Stores the offset of the complete prefix (unless the partition was revoked).
+    fn store_completed(&mut self) {
+        let Some(last) = self.window.pop_complete() else { return };
+        self.dirty = true;
+        if self.revoked.is_cancelled() {
+            return;
+        }
+        let offset = i64::try_from(last).unwrap_or(i64::MAX);
+        let partition = i32::from(self.shard.0);
+        if let Err(e) = self.ctx.consumer.store_offset(&self.ctx.kafka.dispatch_topic, partition, offset) {
+            tracing::debug!(shard = self.shard.0, offset, error = %e, "storing an offset failed (revoked?)");
+        }
+    }
+}

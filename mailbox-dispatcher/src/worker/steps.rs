@@ -1,0 +1,195 @@
+//! The store steps of a shard pipeline, each one task: begin a record, write one chunk, advance
+//! one lane's watermark, collect old dispatches. Failures are retried here (see
+//! [`crate::retry`]); a step returns only when its effect is durable, refused, or abandoned
+//! because its partition was revoked (or shutdown gave up waiting).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metrics::{counter, histogram};
+use qim_store::mailbox::{ChunkId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardId};
+use qim_store::topic::decode_dispatch;
+use qim_store::{ErrorKind, MailboxStore, StoreResult};
+use rdkafka::consumer::StreamConsumer;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::KafkaConfig;
+use crate::kafka::{dead_letter, AckedProducer, GroupContext, Refused};
+use crate::metrics::{CHUNK_SECONDS, DISPATCHES, DUPLICATES_ABSORBED, ENTRIES_WRITTEN};
+use crate::retry::{never, retry_store};
+
+/// What every shard pipeline of one worker shares.
+pub struct ShardContext {
+    /// Mailbox state.
+    pub store: Arc<dyn MailboxStore>,
+    /// For dead letters.
+    pub producer: AckedProducer,
+    /// For storing offsets.
+    pub consumer: Arc<StreamConsumer<GroupContext>>,
+    /// Topic names.
+    pub kafka: KafkaConfig,
+    /// The epoch of every seq issued.
+    pub epoch: ShardEpoch,
+    /// Chunks in flight per shard.
+    pub chunks_in_flight: usize,
+    /// How long completed dispatches are remembered after they were last seen.
+    pub keep: Duration,
+}
+
+/// One dispatch record as received.
+#[derive(Debug)]
+pub struct Record {
+    /// Its offset in the shard's partition.
+    pub offset: u64,
+    /// Key bytes.
+    pub key: Option<Vec<u8>>,
+    /// Value bytes.
+    pub value: Option<Vec<u8>>,
+}
+
+/// The outcome of beginning a record.
+pub enum Begun {
+    /// Refused and dead-lettered: not a source.
+    Refused,
+    /// Cancelled before its effect was durable.
+    Abandoned,
+    /// Recorded by the store.
+    Dispatch {
+        /// The canonical receipt (the first observation's seq).
+        receipt: DispatchReceipt,
+        /// The frozen manifest.
+        manifest: Arc<DispatchManifest>,
+        /// For a duplicate: the chunks already durably complete.
+        completed: Option<Vec<ChunkId>>,
+    },
+}
+
+/// Decodes and begins `record` of `shard`: a first observation fixes the seq, a duplicate
+/// reuses the first receipt (and reports which chunks are done), a conflicting or undecodable
+/// record is dead-lettered.
+pub async fn begin(ctx: Arc<ShardContext>, shard: ShardId, record: Record, cancel: CancellationToken) -> Begun {
+    let partition = i32::from(shard.0);
+    let manifest = match decode_dispatch(record.key.as_deref(), record.value.as_deref(), partition) {
+        Ok(m) => Arc::new(m),
+        Err(e) => {
+            tracing::warn!(shard = shard.0, offset = record.offset, error = %e, "undecodable dispatch record");
+            return refuse(&ctx, shard, &record, e.reason(), "invalid", &cancel).await;
+        }
+    };
+    let refusal = |k: ErrorKind| matches!(k, ErrorKind::DispatchConflict | ErrorKind::InvalidInput);
+    let begun = retry_store("begin_dispatch", &cancel, refusal, || {
+        ctx.store.begin_dispatch(ctx.epoch, &manifest, record.offset)
+    })
+    .await;
+    let receipt = match begun {
+        None => return Begun::Abandoned,
+        Some(Ok(receipt)) => receipt,
+        Some(Err(e)) => {
+            let outcome = if e.kind() == ErrorKind::DispatchConflict { "conflict" } else { "invalid" };
+            tracing::error!(shard = shard.0, offset = record.offset, error = %e, "dispatch record refused");
+            return refuse(&ctx, shard, &record, e.kind().as_str(), outcome, &cancel).await;
+        }
+    };
+    if !receipt.duplicate {
+        counter!(DISPATCHES, "outcome" => "begun").increment(1);
+        return Begun::Dispatch { receipt, manifest, completed: None };
+    }
+    counter!(DISPATCHES, "outcome" => "duplicate").increment(1);
+    counter!(DUPLICATES_ABSORBED).increment(1);
+    tracing::debug!(
+        shard = shard.0,
+        offset = record.offset,
+        canonical = receipt.canonical_offset,
+        "duplicate absorbed"
+    );
+    let progress = retry_store("dispatch_progress", &cancel, never, || ctx.store.dispatch_progress(receipt.id)).await;
+    match progress {
+        Some(Ok(p)) => {
+            Begun::Dispatch { receipt, manifest, completed: Some(p.map(|p| p.completed).unwrap_or_default()) }
+        }
+        _ => Begun::Abandoned,
+    }
+}
+
+async fn refuse(
+    ctx: &ShardContext,
+    shard: ShardId,
+    record: &Record,
+    reason: &str,
+    outcome: &'static str,
+    cancel: &CancellationToken,
+) -> Begun {
+    let refused = Refused {
+        topic: &ctx.kafka.dispatch_topic,
+        partition: i32::from(shard.0),
+        offset: i64::try_from(record.offset).unwrap_or(i64::MAX),
+        key: record.key.as_deref(),
+        value: record.value.as_deref(),
+        reason,
+    };
+    if dead_letter(&ctx.producer, &ctx.kafka.dlq_topic, refused, cancel).await {
+        counter!(DISPATCHES, "outcome" => outcome).increment(1);
+        Begun::Refused
+    } else {
+        Begun::Abandoned
+    }
+}
+
+/// One chunk to write: the recipients of `chunk` of the record at `offset`.
+#[derive(Clone)]
+pub struct ChunkJob {
+    /// The record's offset (the slot it completes).
+    pub offset: u64,
+    /// The receipt to write under.
+    pub receipt: DispatchReceipt,
+    /// The manifest.
+    pub manifest: Arc<DispatchManifest>,
+    /// Which chunk.
+    pub chunk: ChunkId,
+}
+
+/// A chunk task's end.
+pub struct ChunkDone {
+    /// The record's offset.
+    pub offset: u64,
+    /// The chunk.
+    pub chunk: ChunkId,
+    /// `true` when written and durably marked complete; `false` when abandoned.
+    pub completed: bool,
+}
+
+/// Writes one chunk's entries, then marks it complete.
+pub async fn write_chunk(store: Arc<dyn MailboxStore>, job: ChunkJob, cancel: CancellationToken) -> ChunkDone {
+    let started = Instant::now();
+    let (offset, chunk) = (job.offset, job.chunk);
+    let written =
+        retry_store("append_chunk", &cancel, never, || store.append_chunk(&job.receipt, &job.manifest, chunk));
+    let Some(Ok(entries)) = written.await else { return ChunkDone { offset, chunk, completed: false } };
+    let marked =
+        retry_store("mark_chunk_completed", &cancel, never, || store.mark_chunk_completed(job.receipt.id, chunk));
+    if !matches!(marked.await, Some(Ok(()))) {
+        return ChunkDone { offset, chunk, completed: false };
+    }
+    counter!(ENTRIES_WRITTEN).increment(entries as u64);
+    histogram!(CHUNK_SECONDS).record(started.elapsed().as_secs_f64());
+    ChunkDone { offset, chunk, completed: true }
+}
+
+/// Advances one lane's watermark to `target` (one attempt; the next tick retries).
+pub async fn advance(
+    store: Arc<dyn MailboxStore>,
+    shard: ShardId,
+    lane: LaneId,
+    target: u64,
+) -> (LaneId, StoreResult<LaneWatermark>) {
+    (lane, store.advance_watermark(shard, lane, target).await)
+}
+
+/// Reads every lane's watermark of `shard` (where an earlier owner left them).
+pub async fn read_watermarks(store: Arc<dyn MailboxStore>, shard: ShardId) -> StoreResult<Vec<LaneWatermark>> {
+    let mut out = Vec::with_capacity(usize::from(qim_store::mailbox::LANES));
+    for lane in LaneId::all() {
+        out.push(store.lane_watermark(shard, lane).await?);
+    }
+    Ok(out)
+}
