@@ -1,5 +1,6 @@
-//! Opening the configured backend: the mailbox store and the membership store, then a readiness
-//! check. Never migrates (that is `qim-mailbox-dispatcher migrate`) and never falls back to
+//! Opening the configured backend: the mailbox store and the membership store (the one the
+//! writer's admin API writes: Redis in the same `QIM_REDIS_NAMESPACE`, or the Scylla keyspace),
+//! then a readiness check. Never migrates (that is `qim-mailbox-dispatcher migrate`) and never falls back to
 //! another backend.
 
 use std::sync::Arc;
@@ -7,8 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use qim_store::clock::SystemClock;
 use qim_store::mailbox::MailboxRetention;
-use qim_store::redis::RedisMailboxStore;
-use qim_store::scylla::{open_session, readiness, ScyllaMailboxStore};
+use qim_store::redis::{RedisConfig, RedisMailboxStore, RedisMembershipStore};
+use qim_store::scylla::{open_session, readiness, ScyllaConfig, ScyllaMailboxStore, ScyllaMembershipStore};
+use scylla::client::session::Session;
 use qim_store::service::http::ReadinessCheck;
 use qim_store::{MailboxStore, MembershipStore};
 
@@ -82,15 +84,16 @@ async fn ping_redis(url: &str) -> Result<(), String> {
     redis::cmd("PING").query_async::<String>(&mut conn).await.map(drop).map_err(|e| format!("redis at {url}: {e}"))
 }
 
-async fn members_redis(_config: &qim_store::redis::RedisConfig) -> anyhow::Result<Arc<dyn MembershipStore>> {
-    // TODO(membership): RedisMembershipStore in the same namespace once it lands.
-    Ok(Arc::new(qim_store::memory::MemoryMembershipStore::new()))
+async fn members_redis(config: &RedisConfig) -> anyhow::Result<Arc<dyn MembershipStore>> {
+    let store = RedisMembershipStore::open(config)
+        .await
+        .with_context(|| format!("opening the redis membership store at {}", config.url))?;
+    Ok(Arc::new(store))
 }
 
-async fn members_scylla(
-    _session: &Arc<scylla::client::session::Session>,
-    _config: &qim_store::scylla::ScyllaConfig,
-) -> anyhow::Result<Arc<dyn MembershipStore>> {
-    // TODO(membership): ScyllaMembershipStore once it lands.
-    Ok(Arc::new(qim_store::memory::MemoryMembershipStore::new()))
+async fn members_scylla(session: &Arc<Session>, config: &ScyllaConfig) -> anyhow::Result<Arc<dyn MembershipStore>> {
+    let store = ScyllaMembershipStore::with_session(Arc::clone(session), config)
+        .await
+        .with_context(|| format!("preparing the membership statements in keyspace {}", config.keyspace))?;
+    Ok(Arc::new(store))
 }

@@ -1,0 +1,345 @@
+//! Running dispatchers against the local stack (real Kafka, Redis and Cassandra). Every test
+//! gets its own topics, consumer groups and Redis namespace or Scylla keyspace, so tests run in
+//! parallel with each other and with other suites. A missing server fails the test, naming it.
+
+#![allow(dead_code)]
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use qim_mailbox_dispatcher::backend::{self, Stores};
+use qim_mailbox_dispatcher::config::{Backend, DispatcherConfig, KafkaConfig};
+use qim_mailbox_dispatcher::serve::{start_with, RunningDispatcher};
+use qim_store::codec::encode_manifest;
+use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
+use qim_store::mailbox::{
+    DispatchManifest, LaneId, MailboxRetention, MailboxSeq, ShardEpoch, ShardId, LANES,
+};
+use qim_store::message::{MessageKind, MessageRecord};
+use qim_store::redis::RedisConfig;
+use qim_store::retention::RetentionClass;
+use qim_store::scylla::{migrate, open_session, ScyllaConfig};
+use qim_store::topic::{dispatch_key, encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
+use qim_store::{MailboxStore, MembershipStore};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use tokio_util::sync::CancellationToken;
+
+pub const HINT: &str = "start the local stack with `deploy/local/stack up`";
+pub const TOKEN: &str = "test-token";
+pub const SHARDS: u16 = 8;
+pub const EPOCH: ShardEpoch = ShardEpoch(0);
+
+pub fn brokers() -> String {
+    std::env::var("QIM_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("QIM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
+}
+
+/// A name unique in this machine's history of test runs (`[a-z0-9-]`).
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{prefix}-{}-{}-{}", std::process::id(), nanos % 1_000_000_000_000, N.fetch_add(1, Ordering::Relaxed))
+}
+
+pub fn fresh<T>(make: fn([u8; 16]) -> T) -> T {
+    make(*uuid::Uuid::new_v4().as_bytes())
+}
+
+/// `n` fresh users.
+pub fn users(n: usize) -> Vec<UserId> {
+    (0..n).map(|_| fresh(UserId)).collect()
+}
+
+/// Which MailboxStore backend a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Redis,
+    Scylla,
+}
+
+/// Emits `#[tokio::test]`s of `$body(kind)` for both backends.
+#[macro_export]
+macro_rules! both_backends {
+    ($body:ident) => {
+        mod $body {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn redis() {
+                super::$body(super::support::Kind::Redis).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn scylla() {
+                super::$body(super::support::Kind::Scylla).await;
+            }
+        }
+    };
+}
+
+async fn create_topics(topics: &[(&str, i32)]) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("an admin client");
+    let new: Vec<NewTopic> = topics.iter().map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1))).collect();
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let result = tokio::time::timeout(Duration::from_secs(30), admin.create_topics(&new, &opts))
+        .await
+        .unwrap_or_else(|_| panic!("Kafka at {} did not answer within 30 s; {HINT}", brokers()))
+        .unwrap_or_else(|e| panic!("creating topics at {}: {e}; {HINT}", brokers()));
+    for r in result {
+        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
+    }
+}
+
+/// A fresh, migrated Scylla keyspace (RF from the test environment).
+async fn scylla_keyspace() -> ScyllaConfig {
+    let config = ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("{e}"));
+    let session = open_session(&config).await.unwrap_or_else(|e| panic!("{e}; {HINT}"));
+    migrate(&session, &config).await.unwrap_or_else(|e| panic!("migrating {}: {e}", config.keyspace));
+    config
+}
+
+/// One test's world: its topics, group, namespace or keyspace.
+pub struct Fixture {
+    pub kind: Kind,
+    pub config: DispatcherConfig,
+    producer: FutureProducer,
+}
+
+impl Fixture {
+    pub async fn new(kind: Kind) -> Self {
+        let name = unique("qim-disp");
+        let kafka = KafkaConfig {
+            brokers: brokers(),
+            messages_topic: format!("{name}.messages"),
+            dispatch_topic: format!("{name}.dispatch"),
+            dlq_topic: format!("{name}.dlq"),
+            group: name.clone(),
+        };
+        create_topics(&[(&kafka.messages_topic, 4), (&kafka.dispatch_topic, i32::from(SHARDS)), (&kafka.dlq_topic, 1)])
+            .await;
+        let backend = match kind {
+            Kind::Redis => Backend::Redis(RedisConfig { url: redis_url(), namespace: name.clone() }),
+            Kind::Scylla => Backend::Scylla(scylla_keyspace().await),
+        };
+        let config = DispatcherConfig {
+            backend,
+            kafka,
+            shards: SHARDS,
+            epoch: EPOCH,
+            retention: MailboxRetention::default(),
+            chunks_in_flight: 32,
+            keep_dispatches: Duration::from_secs(86_400),
+            http_addr: "127.0.0.1:0".parse().unwrap(),
+            api_token: Some(TOKEN.to_owned()),
+            log: "warn".to_owned(),
+        };
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", brokers())
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .create()
+            .expect("a test producer");
+        Self { kind, config, producer }
+    }
+
+    /// The stores the dispatcher would open (a fresh connection).
+    pub async fn stores(&self) -> Stores {
+        backend::open(&self.config.backend, self.config.retention)
+            .await
+            .unwrap_or_else(|e| panic!("opening the {:?} stores: {e:#}; {HINT}", self.kind))
+    }
+
+    pub async fn mailbox(&self) -> Arc<dyn MailboxStore> {
+        self.stores().await.mailbox
+    }
+
+    pub async fn members(&self) -> Arc<dyn MembershipStore> {
+        self.stores().await.members
+    }
+
+    /// Starts a dispatcher in this process.
+    pub async fn start(&self) -> TestDispatcher {
+        let shutdown = CancellationToken::new();
+        let metrics = qim_store::service::telemetry::install_metrics();
+        let running = start_with(self.config.clone(), self.stores().await, metrics, shutdown.clone())
+            .await
+            .unwrap_or_else(|e| panic!("starting the dispatcher: {e:#}; {HINT}"));
+        let base = format!("http://{}", running.addr);
+        TestDispatcher { base, shutdown, running: Some(running), http: reqwest::Client::new() }
+    }
+
+    /// The environment that makes the binary run this fixture.
+    pub fn binary_env(&self, port: u16) -> Vec<(&'static str, String)> {
+        let k = &self.config.kafka;
+        let mut env = vec![
+            ("QIM_KAFKA_BROKERS", k.brokers.clone()),
+            ("QIM_MESSAGES_TOPIC", k.messages_topic.clone()),
+            ("QIM_DISPATCH_TOPIC", k.dispatch_topic.clone()),
+            ("QIM_DISPATCHER_DLQ_TOPIC", k.dlq_topic.clone()),
+            ("QIM_DISPATCHER_GROUP", k.group.clone()),
+            ("QIM_MAILBOX_SHARDS", SHARDS.to_string()),
+            ("QIM_DISPATCHER_HTTP_ADDR", format!("127.0.0.1:{port}")),
+            ("QIM_API_TOKEN", TOKEN.to_owned()),
+            ("QIM_LOG", "warn".to_owned()),
+        ];
+        match &self.config.backend {
+            Backend::Redis(r) => env.extend([
+                ("QIM_STORE_BACKEND", "redis".to_owned()),
+                ("QIM_REDIS_URL", r.url.clone()),
+                ("QIM_REDIS_NAMESPACE", r.namespace.clone()),
+            ]),
+            Backend::Scylla(s) => env.extend([
+                ("QIM_STORE_BACKEND", "scylla".to_owned()),
+                ("QIM_SCYLLA_HOSTS", s.hosts.join(",")),
+                ("QIM_SCYLLA_KEYSPACE", s.keyspace.clone()),
+                ("QIM_SCYLLA_DC", s.local_dc.clone()),
+                ("QIM_SCYLLA_RF", s.replication_factor.to_string()),
+                ("QIM_SCYLLA_DEV_SINGLE_NODE", "true".to_owned()),
+            ]),
+        }
+        env
+    }
+
+    /// Starts the `qim-mailbox-dispatcher` binary on `port`.
+    pub fn spawn(&self, port: u16) -> Child {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_qim-mailbox-dispatcher"));
+        cmd.arg("run").env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
+        for (k, v) in self.binary_env(port) {
+            cmd.env(k, v);
+        }
+        cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawning the dispatcher binary")
+    }
+
+    /// Produces a committed message as the writer does.
+    pub async fn produce_message(&self, record: &MessageRecord) {
+        let m = encode_message(record);
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: HEADER_SCHEMA, value: Some(m.schema.as_bytes()) })
+            .insert(Header { key: HEADER_MESSAGE_ID, value: Some(m.message_id.as_bytes()) });
+        let r = FutureRecord::to(&self.config.kafka.messages_topic).key(&m.key[..]).payload(&m.value).headers(headers);
+        self.producer.send(r, Timeout::After(Duration::from_secs(30))).await.expect("producing a message");
+    }
+
+    /// Produces a dispatch record as the router does; returns its offset.
+    pub async fn produce_dispatch(&self, manifest: &DispatchManifest) -> u64 {
+        self.produce_raw_dispatch(i32::from(manifest.id.shard.0), &dispatch_key(&manifest.id), &encode_manifest(manifest))
+            .await
+    }
+
+    /// Produces arbitrary bytes to a dispatch partition; returns the offset.
+    pub async fn produce_raw_dispatch(&self, partition: i32, key: &[u8], value: &[u8]) -> u64 {
+        let r = FutureRecord::to(&self.config.kafka.dispatch_topic).partition(partition).key(key).payload(value);
+        let d = self.producer.send(r, Timeout::After(Duration::from_secs(30))).await.expect("producing a dispatch");
+        u64::try_from(d.offset).unwrap()
+    }
+}
+
+/// A dispatcher running in this process.
+pub struct TestDispatcher {
+    pub base: String,
+    pub shutdown: CancellationToken,
+    running: Option<RunningDispatcher>,
+    http: reqwest::Client,
+}
+
+impl TestDispatcher {
+    pub async fn stop(mut self) {
+        self.shutdown.cancel();
+        self.running.take().unwrap().wait().await.expect("the dispatcher stops cleanly");
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        get(&self.http, &self.base, path).await
+    }
+
+    pub async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let r = self.http.post(format!("{}{path}", self.base)).bearer_auth(TOKEN).json(body).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+}
+
+pub async fn get(http: &reqwest::Client, base: &str, path: &str) -> (u16, serde_json::Value) {
+    let r = http.get(format!("{base}{path}")).bearer_auth(TOKEN).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// A committed message of `conversation` sent by `sender`.
+pub fn message(tenant: TenantId, conversation: ConversationId, seq: u64, sender: UserId) -> MessageRecord {
+    MessageRecord {
+        tenant,
+        conversation,
+        seq: ConversationSeq(seq),
+        message_id: fresh(MessageId),
+        sender,
+        client_message_id: ClientMessageId::new(format!("c-{seq}")).unwrap(),
+        kind: MessageKind::Normal,
+        retention: RetentionClass::Default,
+        created_at: UnixMillis::now(),
+        expires_at: None,
+        payload: format!("message {seq}").into_bytes(),
+    }
+}
+
+/// Adds `users` to the conversation, 1000 per call.
+pub async fn add_members(members: &dyn MembershipStore, tenant: TenantId, conversation: ConversationId, users: &[UserId]) {
+    for batch in users.chunks(qim_store::MAX_MEMBERS_PER_CALL) {
+        members.add_members(tenant, conversation, batch).await.expect("adding members");
+    }
+}
+
+/// Every entry of `user`'s mailbox (ignoring watermarks): `(seq, message id)` pairs.
+pub async fn mailbox_of(store: &dyn MailboxStore, tenant: TenantId, user: UserId) -> Vec<(MailboxSeq, MessageId)> {
+    let top = MailboxSeq::new(EPOCH, (1 << 47) - 1).unwrap();
+    let page = store.range_scan(tenant, user, MailboxSeq::origin(EPOCH), top, 10_000).await.expect("range scan");
+    page.groups.iter().flat_map(|g| g.events.iter().map(move |e| (g.seq, e.message.message_id))).collect()
+}
+
+/// Every lane watermark of `shard`.
+pub async fn watermarks(store: &dyn MailboxStore, shard: ShardId) -> Vec<Option<u64>> {
+    let mut out = Vec::with_capacity(usize::from(LANES));
+    for lane in LaneId::all() {
+        out.push(store.lane_watermark(shard, lane).await.expect("a lane watermark").through);
+    }
+    out
+}
+
+/// Polls `check` every 100 ms until it returns `true`, or panics naming `what` after `timeout`.
+pub async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits until `/healthz` of a spawned binary answers.
+pub async fn wait_healthy(port: u16) {
+    let http = reqwest::Client::new();
+    wait_for("the dispatcher binary to answer /healthz", Duration::from_secs(60), || {
+        let http = http.clone();
+        async move { http.get(format!("http://127.0.0.1:{port}/healthz")).send().await.is_ok_and(|r| r.status() == 200) }
+    })
+    .await;
+}
