@@ -10,9 +10,9 @@ use qim_store::clock::SystemClock;
 use qim_store::mailbox::MailboxRetention;
 use qim_store::redis::{RedisConfig, RedisMailboxStore, RedisMembershipStore};
 use qim_store::scylla::{open_session, readiness, ScyllaConfig, ScyllaMailboxStore, ScyllaMembershipStore};
-use scylla::client::session::Session;
 use qim_store::service::http::ReadinessCheck;
 use qim_store::{MailboxStore, MembershipStore};
+use scylla::client::session::Session;
 
 use crate::config::Backend;
 

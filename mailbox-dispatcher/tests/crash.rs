@@ -91,7 +91,8 @@ async fn killed_mid_fan_out_then_restarted(kind: Kind) {
     let stop = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(AtomicUsize::new(0));
     let sampler = {
-        let (store, log, stop, samples) = (Arc::clone(&store), Arc::clone(&log), Arc::clone(&stop), Arc::clone(&samples));
+        let (store, log, stop, samples) =
+            (Arc::clone(&store), Arc::clone(&log), Arc::clone(&stop), Arc::clone(&samples));
         tokio::spawn(async move {
             let mut shard = 0u16;
             while !stop.load(Ordering::Relaxed) {

@@ -44,7 +44,12 @@ async fn ten_thousand_members(kind: Kind) {
         checks.spawn(async move {
             for u in chunk {
                 let got = mailbox_of(store.as_ref(), tenant, u).await;
-                assert_eq!(got, vec![(want, record.message_id)], "mailbox of {u} (shard {:?})", shard_of(&tenant, &u, SHARDS));
+                assert_eq!(
+                    got,
+                    vec![(want, record.message_id)],
+                    "mailbox of {u} (shard {:?})",
+                    shard_of(&tenant, &u, SHARDS)
+                );
             }
         });
     }

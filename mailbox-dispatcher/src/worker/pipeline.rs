@@ -18,8 +18,9 @@
 //!   channel fills and the consumer stops polling (backpressure).
 //!
 //! Revocation cancels the partition's token: nothing new starts, steps already started finish
-//! (their retries stop), nothing more is stored. Shutdown stops intake, finishes what is in
-//! flight and stores its offsets.
+//! (their retries stop), nothing more is stored. Shutdown stops intake, finishes the records
+//! already received and stores their offsets (the worker revokes everything if that takes too
+//! long).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -115,11 +116,8 @@ impl Pipeline {
         }
     }
 
-    fn stopping(&self) -> bool {
-        self.revoked.is_cancelled() || self.shutdown.is_cancelled()
-    }
-
-    /// Runs until revoked or shut down, then until every started step finished.
+    /// Runs until revoked (then until every started step finished) or shut down (then until
+    /// every received record is done).
     pub async fn run(mut self, mut input: mpsc::Receiver<Record>) {
         let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
         self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
@@ -127,12 +125,15 @@ impl Pipeline {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut closed = false;
         loop {
-            let stopping = self.stopping() || closed;
-            if !stopping {
+            let revoked = self.revoked.is_cancelled();
+            let intake_stopped = revoked || self.shutdown.is_cancelled() || closed;
+            if !revoked {
+                // After a shutdown, what was already received is still finished.
                 self.start_begins();
                 self.start_chunks();
             }
-            if stopping && self.tasks.is_empty() {
+            let idle = self.to_begin.is_empty() && self.lanes.iter().all(VecDeque::is_empty);
+            if intake_stopped && self.tasks.is_empty() && (revoked || idle) {
                 break;
             }
             let room = self.window.has_room(MAX_WINDOW_RECORDS, MAX_WINDOW_BYTES);
@@ -144,7 +145,7 @@ impl Pipeline {
                         Err(e) => tracing::warn!(shard = shard.0, error = %e, "a pipeline task was cancelled"),
                     },
                 },
-                received = input.recv(), if !stopping && room => match received {
+                received = input.recv(), if !intake_stopped && room => match received {
                     Some(record) => {
                         let weight = record.value.as_ref().map_or(0, Vec::len);
                         self.window.push(record.offset, weight);
@@ -153,8 +154,8 @@ impl Pipeline {
                     None => closed = true,
                 },
                 _ = tick.tick() => self.tick(),
-                () = self.revoked.cancelled(), if !stopping => {}
-                () = self.shutdown.cancelled(), if !stopping => {}
+                () = self.revoked.cancelled(), if !revoked => {}
+                () = self.shutdown.cancelled(), if !intake_stopped => {}
             }
             self.store_completed();
         }

@@ -14,9 +14,7 @@ use qim_mailbox_dispatcher::config::{Backend, DispatcherConfig, KafkaConfig};
 use qim_mailbox_dispatcher::serve::{start_with, RunningDispatcher};
 use qim_store::codec::encode_manifest;
 use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
-use qim_store::mailbox::{
-    DispatchManifest, LaneId, MailboxRetention, MailboxSeq, ShardEpoch, ShardId, LANES,
-};
+use qim_store::mailbox::{DispatchManifest, LaneId, MailboxRetention, MailboxSeq, ShardEpoch, ShardId, LANES};
 use qim_store::message::{MessageKind, MessageRecord};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionClass;
@@ -115,6 +113,9 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn new(kind: Kind) -> Self {
+        if let Ok(filter) = std::env::var("TEST_LOG") {
+            let _ = qim_store::service::telemetry::init_logs(&filter);
+        }
         let name = unique("qim-disp");
         let kafka = KafkaConfig {
             brokers: brokers(),
@@ -230,8 +231,12 @@ impl Fixture {
 
     /// Produces a dispatch record as the router does; returns its offset.
     pub async fn produce_dispatch(&self, manifest: &DispatchManifest) -> u64 {
-        self.produce_raw_dispatch(i32::from(manifest.id.shard.0), &dispatch_key(&manifest.id), &encode_manifest(manifest))
-            .await
+        self.produce_raw_dispatch(
+            i32::from(manifest.id.shard.0),
+            &dispatch_key(&manifest.id),
+            &encode_manifest(manifest),
+        )
+        .await
     }
 
     /// Produces arbitrary bytes to a dispatch partition; returns the offset.
@@ -291,7 +296,12 @@ pub fn message(tenant: TenantId, conversation: ConversationId, seq: u64, sender:
 }
 
 /// Adds `users` to the conversation, 1000 per call.
-pub async fn add_members(members: &dyn MembershipStore, tenant: TenantId, conversation: ConversationId, users: &[UserId]) {
+pub async fn add_members(
+    members: &dyn MembershipStore,
+    tenant: TenantId,
+    conversation: ConversationId,
+    users: &[UserId],
+) {
     for batch in users.chunks(qim_store::MAX_MEMBERS_PER_CALL) {
         members.add_members(tenant, conversation, batch).await.expect("adding members");
     }
