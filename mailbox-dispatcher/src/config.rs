@@ -59,11 +59,6 @@ pub const DISPATCHER_ENV: &[EnvVar] = &[
         default: Some("24"),
         doc: "Hours a completed dispatch is remembered after it was last seen (1..=336); duplicates later than that are renumbered.",
     },
-    EnvVar {
-        name: "QIM_REDIS_NAMESPACE",
-        default: Some("qim"),
-        doc: "Prefix of every Redis key; `[A-Za-z0-9_.-]`, at most 64 characters.",
-    },
 ];
 
 /// Every variable the mailbox dispatcher reads, as documented in the README.

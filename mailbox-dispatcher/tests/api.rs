@@ -59,12 +59,18 @@ async fn reads_trims_and_expiry_over_http(kind: Kind) {
     // A cursor in the expired region: 410 with the earliest valid cursor.
     let (status, body) = d.get(&format!("{path}?after=0:0")).await;
     assert_eq!(status, 410, "{body}");
-    assert_eq!((body["error"]["code"].as_str(), body["error"]["earliest"].as_str()), (Some("cursor_expired"), Some("0:1")));
+    assert_eq!(
+        (body["error"]["code"].as_str(), body["error"]["earliest"].as_str()),
+        (Some("cursor_expired"), Some("0:1"))
+    );
 
     // Paging: one event per page, resume after `covered`.
     let (status, page) = d.get(&format!("{path}?after=0:1&limit=1")).await;
     assert_eq!(status, 200);
-    assert_eq!((seqs(&page), page["covered"].as_str(), page["has_more"].as_bool()), (vec!["0:2".to_owned()], Some("0:2"), Some(true)));
+    assert_eq!(
+        (seqs(&page), page["covered"].as_str(), page["has_more"].as_bool()),
+        (vec!["0:2".to_owned()], Some("0:2"), Some(true))
+    );
 
     // The client acknowledged through 0:3: older cursors expire, the trim never moves back.
     let (status, body) = d.post(&format!("{path}/truncate"), &json!({ "through": "0:3" })).await;
