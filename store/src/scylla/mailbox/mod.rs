@@ -192,6 +192,8 @@ struct Inner {
     /// Manifests `append_chunk` already checked against the stored first receipt (byte-exact),
     /// so the chunks of one dispatch do not each re-read a manifest of up to 1.6 MB.
     verified: std::sync::Mutex<HashMap<DispatchId, Verified>>,
+    /// Expiry days each user's durable ledger is known to list (see `user::ListedDays`).
+    listed: user::ListedDays,
 }
 
 /// A dispatch row as read, for [`Inner::verified`].
@@ -246,6 +248,7 @@ impl ScyllaMailboxStore {
                 clock,
                 lwts: AtomicU64::new(0),
                 verified: std::sync::Mutex::default(),
+                listed: user::ListedDays::default(),
             }),
         })
     }

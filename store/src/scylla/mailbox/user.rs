@@ -42,6 +42,45 @@ fn seq_from(what: &str, raw: i64) -> StoreResult<MailboxSeq> {
         .ok_or_else(|| StoreError::CorruptEntry(format!("{what}={raw} is not a mailbox seq")))
 }
 
+/// Most users [`ListedDays`] remembers (it forgets everything when full).
+const LISTED_CAP: usize = 100_000;
+
+/// The expiry days each user's durable ledger is known to list, so a write into such a day
+/// needs neither the meta read nor an LWT. Sound because a ledger never drops a day before that
+/// day's expiry (registration LWTs drop only expired days), and only groups that are still
+/// live are planned from it.
+#[derive(Default)]
+pub(super) struct ListedDays {
+    days: std::sync::Mutex<std::collections::HashMap<(TenantId, UserId), Vec<u32>>>,
+}
+
+impl ListedDays {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(TenantId, UserId), Vec<u32>>> {
+        self.days.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether every day of `days` is known to be listed for the user.
+    fn all_listed(&self, key: &(TenantId, UserId), days: &[u32]) -> bool {
+        !days.is_empty() && self.lock().get(key).is_some_and(|known| days.iter().all(|d| known.contains(d)))
+    }
+
+    /// Remembers that `days` are listed (after a successful commit).
+    fn remember(&self, key: (TenantId, UserId), days: impl Iterator<Item = u32>, now: UnixMillis) {
+        let mut map = self.lock();
+        if map.len() >= LISTED_CAP {
+            map.clear();
+        }
+        let known = map.entry(key).or_default();
+        let today = u32::try_from(now.day()).unwrap_or(0);
+        known.retain(|d| *d >= today);
+        for d in days {
+            if !known.contains(&d) {
+                known.push(d);
+            }
+        }
+    }
+}
+
 /// A snapshot of one user's retention meta.
 #[derive(Clone, Debug, Default)]
 struct Meta {
@@ -191,9 +230,12 @@ impl ScyllaMailboxStore {
         tenant: TenantId,
         user: UserId,
         groups: Vec<EventGroup>,
-        meta: Meta,
+        meta: Option<Meta>,
         now: UnixMillis,
     ) -> StoreResult<Plan> {
+        // `None`: every live group's day is known to be listed (nothing to register).
+        let known = meta.is_none();
+        let meta = meta.unwrap_or_default();
         let mut plan = Plan {
             tenant,
             user,
@@ -211,7 +253,7 @@ impl ScyllaMailboxStore {
             let day = day_of(g.expires_at)?;
             let proof = plan.proofs.entry((day, g.seq.epoch().0)).or_insert((g.seq, g.expires_at));
             proof.0 = proof.0.max(g.seq);
-            if !plan.meta.ledger.items().iter().any(|i| i.day == day) {
+            if !known && !plan.meta.ledger.items().iter().any(|i| i.day == day) {
                 plan.new_days.entry(day).or_insert((g.seq, g.expires_at));
             }
             plan.writes.push((g.seq, g.expires_at, encode_event_group(&g)));
@@ -243,8 +285,14 @@ impl ScyllaMailboxStore {
                 plans.push(joined(reads.join_next().await)??);
             }
             let store = self.clone();
+            let live_days: Vec<u32> =
+                gs.iter().filter(|g| g.expires_at > now).filter_map(|g| day_of(g.expires_at).ok()).collect();
             reads.spawn(async move {
-                let meta = store.read_meta(&tenant, &user).await?;
+                let meta = if store.inner.listed.all_listed(&(tenant, user), &live_days) {
+                    None
+                } else {
+                    Some(store.read_meta(&tenant, &user).await?)
+                };
                 store.plan(tenant, user, gs, meta, now)
             });
         }
@@ -260,7 +308,13 @@ impl ScyllaMailboxStore {
                 keep_first_error(&mut first_err, joined(commits.join_next().await));
             }
             let store = self.clone();
-            commits.spawn(async move { store.commit_user(plan, now).await });
+            commits.spawn(async move {
+                let (key, days): ((TenantId, UserId), Vec<u32>) =
+                    ((plan.tenant, plan.user), plan.proofs.keys().map(|(day, _)| *day).collect());
+                store.commit_user(plan, now).await?;
+                store.inner.listed.remember(key, days.into_iter(), now);
+                Ok(())
+            });
         }
         while let Some(done) = commits.join_next().await {
             keep_first_error(&mut first_err, joined(Some(done)));
@@ -455,5 +509,22 @@ mod tests {
         assert_eq!(ttl_secs(UnixMillis(3_001), now, 10), 13);
         assert_eq!(ttl_secs(UnixMillis(0), now, 0), 1, "never zero (zero means no TTL)");
         assert_eq!(ttl_secs(UnixMillis(i64::MAX), now, 0), MAX_TTL_SECS as i32);
+    }
+
+    #[test]
+    fn listed_days_answer_only_for_days_seen_and_not_yet_expired() {
+        let listed = ListedDays::default();
+        let key = (TenantId([1; 16]), UserId([2; 16]));
+        let day = |d: i64| UnixMillis(d * crate::ids::MILLIS_PER_DAY);
+        assert!(!listed.all_listed(&key, &[40]), "nothing known at first");
+        listed.remember(key, [40, 41].into_iter(), day(10));
+        assert!(listed.all_listed(&key, &[40]));
+        assert!(listed.all_listed(&key, &[40, 41]));
+        assert!(!listed.all_listed(&key, &[40, 42]), "one unknown day means a meta read");
+        assert!(!listed.all_listed(&key, &[]), "no live group: nothing to skip");
+        assert!(!listed.all_listed(&(TenantId([1; 16]), UserId([3; 16])), &[40]), "per user");
+        listed.remember(key, [45].into_iter(), day(41));
+        assert!(!listed.all_listed(&key, &[40]), "days before today are forgotten");
+        assert!(listed.all_listed(&key, &[41, 45]));
     }
 }
