@@ -55,6 +55,11 @@ pub const DISPATCHER_ENV: &[EnvVar] = &[
         doc: "Chunks (of up to 256 recipients) one shard writes at once (1..=1024).",
     },
     EnvVar {
+        name: "QIM_DISPATCH_ADVANCE_MILLIS",
+        default: Some("250"),
+        doc: "How often lane watermarks advance (10..=10000 ms): entries become readable up to this much after they are written; longer pages cost the store fewer reads.",
+    },
+    EnvVar {
         name: "QIM_DISPATCH_KEEP_HOURS",
         default: Some("24"),
         doc: "Hours a completed dispatch is remembered after it was last seen (1..=336); duplicates later than that are renumbered.",
@@ -127,6 +132,8 @@ pub struct DispatcherConfig {
     pub chunks_in_flight: usize,
     /// How long a completed dispatch is remembered after it was last seen.
     pub keep_dispatches: Duration,
+    /// How often lane watermarks advance.
+    pub advance_every: Duration,
     /// HTTP listen address.
     pub http_addr: SocketAddr,
     /// Optional bearer token for `/v1`.
@@ -163,6 +170,10 @@ impl DispatcherConfig {
         if !(1..=336).contains(&keep_hours) {
             return Err(format!("QIM_DISPATCH_KEEP_HOURS={keep_hours} must be in 1..=336"));
         }
+        let advance_millis: u64 = s.parse("QIM_DISPATCH_ADVANCE_MILLIS")?;
+        if !(10..=10_000).contains(&advance_millis) {
+            return Err(format!("QIM_DISPATCH_ADVANCE_MILLIS={advance_millis} must be in 10..=10000"));
+        }
         Ok(Self {
             backend,
             kafka: KafkaConfig {
@@ -177,6 +188,7 @@ impl DispatcherConfig {
             retention,
             chunks_in_flight,
             keep_dispatches: Duration::from_secs(keep_hours * 3600),
+            advance_every: Duration::from_millis(advance_millis),
             http_addr: s.parse("QIM_DISPATCHER_HTTP_ADDR")?,
             api_token: s.get("QIM_API_TOKEN").filter(|t| !t.is_empty()).map(str::to_owned),
             log: s.required("QIM_LOG")?.to_owned(),
@@ -219,6 +231,7 @@ mod tests {
             ("QIM_MAILBOX_EPOCH", "70000"),
             ("QIM_DISPATCH_CHUNKS_IN_FLIGHT", "0"),
             ("QIM_DISPATCH_KEEP_HOURS", "400"),
+            ("QIM_DISPATCH_ADVANCE_MILLIS", "5"),
             ("QIM_MAILBOX_RETENTION_DAYS", "31"),
             ("QIM_REDIS_NAMESPACE", "a:b"),
         ] {

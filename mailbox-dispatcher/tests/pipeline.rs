@@ -128,6 +128,7 @@ fn pipeline(store: Arc<dyn MailboxStore>, capacity: usize) -> (mpsc::Sender<Reco
         epoch: ShardEpoch(0),
         chunks_in_flight: 32,
         keep: Duration::from_secs(3600),
+        advance_every: Duration::from_millis(100),
     });
     let (tx, rx) = mpsc::channel(capacity);
     let stop = CancellationToken::new();

@@ -50,6 +50,7 @@ fn check_value(var: &EnvVar, value: &str) -> Result<(), String> {
         "QIM_MAILBOX_EPOCH" => whole(0, u64::from(u16::MAX)),
         "QIM_DISPATCH_CHUNKS_IN_FLIGHT" => whole(1, 1024),
         "QIM_DISPATCH_KEEP_HOURS" => whole(1, 336),
+        "QIM_DISPATCH_ADVANCE_MILLIS" => whole(10, 10_000),
         "QIM_MAX_BODY_BYTES" => whole(1, crate::message::MAX_PAYLOAD_BYTES as u64),
         "QIM_MAX_IN_FLIGHT_COMMITS" => whole(1, 1_000_000),
         name if name.ends_with("_HTTP_ADDR") => {

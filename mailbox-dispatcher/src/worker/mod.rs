@@ -77,6 +77,7 @@ impl ShardWorkers {
             epoch: config.epoch,
             chunks_in_flight: config.chunks_in_flight,
             keep: config.keep_dispatches,
+            advance_every: config.advance_every,
         });
         Ok(Self { consumer, owned, ctx })
     }

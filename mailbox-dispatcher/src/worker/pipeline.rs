@@ -7,7 +7,7 @@
 //!   robin over the lanes, at most [`LANE_MAX_IN_FLIGHT`] per lane and `chunks_in_flight` per
 //!   shard: a 10 000-recipient group occupies its lanes' queues, never the whole shard, and
 //!   every other lane keeps moving.
-//! - **Watermarks** advance page-wise: every [`ADVANCE_EVERY`], each lane whose complete prefix
+//! - **Watermarks** advance page-wise: every `advance_every`, each lane whose complete prefix
 //!   grew gets one `advance_watermark` to the highest source of that prefix (see
 //!   [`super::window`]); the store checks every source it passes, so even a wrong target can
 //!   not pass incomplete work.
@@ -46,10 +46,6 @@ pub const MAX_WINDOW_BYTES: usize = 8 << 20;
 const BEGINS_IN_FLIGHT: usize = 8;
 /// Most chunks of one lane in flight.
 pub const LANE_MAX_IN_FLIGHT: usize = 4;
-/// How often lane watermarks advance: one page of completed records per lane each time. The
-/// store checks every record a page passes, plus a fixed few reads per call: longer pages cost
-/// fewer reads, at the price of entries becoming readable up to this much later.
-pub const ADVANCE_EVERY: Duration = Duration::from_millis(100);
 /// How often completed dispatches are collected.
 const GC_EVERY: Duration = Duration::from_secs(300);
 /// Most dispatches collected per pass.
@@ -123,7 +119,7 @@ impl Pipeline {
     pub async fn run(mut self, mut input: mpsc::Receiver<Record>) {
         let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
         self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
-        let mut tick = tokio::time::interval(ADVANCE_EVERY);
+        let mut tick = tokio::time::interval(self.ctx.advance_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut closed = false;
         loop {

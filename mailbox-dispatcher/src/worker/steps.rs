@@ -34,6 +34,8 @@ pub struct ShardContext {
     pub chunks_in_flight: usize,
     /// How long completed dispatches are remembered after they were last seen.
     pub keep: Duration,
+    /// How often lane watermarks advance (one page of completed records per lane each time).
+    pub advance_every: Duration,
 }
 
 /// One dispatch record as received.

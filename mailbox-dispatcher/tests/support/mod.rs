@@ -138,6 +138,7 @@ impl Fixture {
             retention: MailboxRetention::default(),
             chunks_in_flight: 32,
             keep_dispatches: Duration::from_secs(86_400),
+            advance_every: Duration::from_millis(100),
             http_addr: "127.0.0.1:0".parse().unwrap(),
             api_token: Some(TOKEN.to_owned()),
             log: "warn".to_owned(),
