@@ -5,13 +5,16 @@
 //! ```text
 //! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- scylla [--count N] [--concurrency C]
+//! cargo run --release -p qim-tests --bin qim-bench -- dispatcher [--backend redis|scylla|both] [--members M]
 //! ```
 //!
 //! Options: `--count` commits (default 20000), `--concurrency` tasks in flight (64),
 //! `--conversations` (256), `--payload` bytes (200), `--redis-url` (redis://127.0.0.1:6379/0),
-//! `--scylla-hosts` (127.0.0.1:9042),
+//! `--scylla-hosts` (127.0.0.1:9042), `--backend` (dispatcher: `both`), `--members` (dispatcher:
+//! members per conversation; default two runs, 5000 and 500),
 //! `--json FILE` to also write the figures.
 
+mod dispatcher;
 mod redis;
 mod scylla;
 mod scylla_mailbox;
@@ -37,11 +40,15 @@ pub struct Args {
     pub scylla_hosts: String,
     /// Where to write the figures as JSON, if anywhere.
     pub json: Option<String>,
+    /// Which backends the dispatcher benchmark runs on: `redis`, `scylla` or `both`.
+    pub backend: String,
+    /// Members per conversation in the dispatcher benchmark (0: one run with 5000, one with 500).
+    pub members: u64,
 }
 
 impl Args {
     fn parse(mut words: impl Iterator<Item = String>) -> anyhow::Result<(String, Self)> {
-        let what = words.next().context("usage: qim-bench redis|scylla [options] (see the module docs)")?;
+        let what = words.next().context("usage: qim-bench redis|scylla|dispatcher [options] (see the module docs)")?;
         let mut args = Args {
             count: 20_000,
             concurrency: 64,
@@ -50,6 +57,8 @@ impl Args {
             redis_url: "redis://127.0.0.1:6379/0".into(),
             scylla_hosts: "127.0.0.1:9042".into(),
             json: None,
+            backend: "both".into(),
+            members: 0,
         };
         while let Some(flag) = words.next() {
             let value = words.next().with_context(|| format!("{flag} needs a value"))?;
@@ -62,6 +71,8 @@ impl Args {
                 "--redis-url" => args.redis_url = value,
                 "--scylla-hosts" => args.scylla_hosts = value,
                 "--json" => args.json = Some(value),
+                "--backend" => args.backend = value,
+                "--members" => args.members = number()?,
                 other => bail!("unknown option {other}"),
             }
         }
@@ -141,7 +152,8 @@ async fn main() -> anyhow::Result<()> {
     let figures = match what.as_str() {
         "redis" => redis::run(&args).await?,
         "scylla" => scylla::run(&args).await?,
-        other => bail!("unknown benchmark {other:?} (known: redis, scylla)"),
+        "dispatcher" => dispatcher::run(&args).await?,
+        other => bail!("unknown benchmark {other:?} (known: redis, scylla, dispatcher)"),
     };
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&figures)?).with_context(|| format!("writing {path}"))?;
