@@ -5,6 +5,7 @@
 //! ```text
 //! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- scylla [--count N] [--concurrency C]
+//! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C]
 //! ```
 //!
 //! Options: `--count` commits (default 20000), `--concurrency` tasks in flight (64),
@@ -15,6 +16,7 @@
 mod redis;
 mod scylla;
 mod scylla_mailbox;
+mod writer;
 
 use std::time::Duration;
 
@@ -141,7 +143,8 @@ async fn main() -> anyhow::Result<()> {
     let figures = match what.as_str() {
         "redis" => redis::run(&args).await?,
         "scylla" => scylla::run(&args).await?,
-        other => bail!("unknown benchmark {other:?} (known: redis, scylla)"),
+        "writer" => writer::run(&args).await?,
+        other => bail!("unknown benchmark {other:?} (known: redis, scylla, writer)"),
     };
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&figures)?).with_context(|| format!("writing {path}"))?;

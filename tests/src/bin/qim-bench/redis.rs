@@ -137,7 +137,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     }))
 }
 
-async fn cleanup(mut conn: redis::aio::ConnectionManager, namespace: &str) -> anyhow::Result<()> {
+pub async fn cleanup(mut conn: redis::aio::ConnectionManager, namespace: &str) -> anyhow::Result<()> {
     let mut cursor: u64 = 0;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
