@@ -108,6 +108,7 @@ pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
 }
 
 /// A JSON client of one writer.
+#[derive(Clone)]
 pub struct Client {
     pub base: String,
     pub http: reqwest::Client,
