@@ -11,6 +11,7 @@
 //!   `IF request_blob = <what it read> AND commit_blob = <what it read>` (both conditions, so a
 //!   lost race returns both columns of the winner).
 
+use super::buckets::bound_of;
 use super::ScyllaMessageStore;
 use crate::codec::{decode_commit, encode_commit, encode_intent, encode_request};
 use crate::error::{StoreError, StoreResult};
@@ -105,7 +106,8 @@ impl ScyllaMessageStore {
         };
         let created_at = self.now();
         self.write_recovery_entry(key, created_at).await?;
-        let seq = self.allocate_seq(key.tenant, request.conversation).await?;
+        let expires_at = self.inner.policy.expires_at(request.retention, created_at);
+        let seq = self.allocate_seq(key.tenant, request.conversation, bound_of(expires_at)).await?;
         let intent =
             CommitIntent { request: request.clone(), seq, message_id: proposed_id, created_at, publication: None };
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };

@@ -25,7 +25,13 @@
 //!   returned past its expiry even before the server drops it. Commit facts get the 2 h
 //!   auxiliary TTL at COMMITTED and are treated as gone by the clock after it. There is no
 //!   `DELETE`: the `gc_*` methods count what expired since their last pass.
+//! - **Reads never walk an expired prefix**: a per-bucket expiry bound (`history_bucket`, written
+//!   before the CAS that issues a seq of the bucket) lets reads skip buckets whose records all
+//!   expired, and a per-conversation floor (`history_floor`) moves over buckets that are fully
+//!   issued and expired, so no read meets more than one bucket of expired index entries per
+//!   query (see `buckets.rs`).
 
+mod buckets;
 mod commit;
 mod history;
 mod recovery;
@@ -66,6 +72,8 @@ struct Inner {
     policy: RetentionPolicy,
     clock: Arc<dyn Clock>,
     seq_slots: Mutex<HashMap<(TenantId, ConversationId), SeqSlot>>,
+    /// Bucket bounds this process wrote: `(tenant, conversation, bucket) → bound`.
+    bounds: Mutex<HashMap<(TenantId, ConversationId, i64), i64>>,
     /// `gc_committed_auxiliary` has counted commits whose auxiliary TTL ended up to here.
     aux_counted_through: AtomicI64,
     /// `gc_expired_history` has counted records that expired up to here.
@@ -113,6 +121,7 @@ impl ScyllaMessageStore {
                 policy,
                 clock,
                 seq_slots: Mutex::default(),
+                bounds: Mutex::default(),
                 aux_counted_through: AtomicI64::new(now),
                 history_counted_through: AtomicI64::new(now),
             }),

@@ -2,8 +2,8 @@
 //!
 //! Consistency is set per statement, so it is visible next to the CQL:
 //! - LWTs (`IF NOT EXISTS`, `IF last_seq = ?`, `IF state = ?`, `IF request_blob = ? AND
-//!   commit_blob = ?`): the first
-//!   facts and ordered state transitions; LOCAL_QUORUM plus serial consistency LOCAL_SERIAL.
+//!   commit_blob = ?`, `IF floor_bucket = ? AND pin = ?`): the first facts, ordered state
+//!   transitions and the history floor; LOCAL_QUORUM plus serial consistency LOCAL_SERIAL.
 //! - Everything else (same-value upserts, reads, scans): LOCAL_QUORUM, no serial consistency;
 //!   the upserts are marked idempotent, so the driver may retry them.
 //!
@@ -37,6 +37,13 @@ pub(super) struct Statements {
     pub index_desc: PreparedStatement,
     pub records_range: PreparedStatement,
     pub scan_expiry: PreparedStatement,
+    pub insert_bucket: PreparedStatement,
+    pub buckets_asc: PreparedStatement,
+    pub buckets_desc: PreparedStatement,
+    pub select_floor: PreparedStatement,
+    pub insert_floor: PreparedStatement,
+    pub cas_floor: PreparedStatement,
+    pub select_last_seq: PreparedStatement,
 }
 
 enum Kind {
@@ -83,6 +90,12 @@ impl Statements {
                 "SELECT conversation_seq, expires_at FROM {ks}.history_index WHERE tenant_id = ? AND \
                  conversation_id = ? AND conversation_seq > ? AND conversation_seq < ? \
                  ORDER BY conversation_seq {order} LIMIT ?"
+            )
+        };
+        let buckets = |order: &str| {
+            format!(
+                "SELECT seq_bucket, max_expires_at FROM {ks}.history_bucket WHERE tenant_id = ? AND \
+                 conversation_id = ? AND seq_bucket >= ? AND seq_bucket <= ? ORDER BY seq_bucket {order} LIMIT ?"
             )
         };
         Ok(Self {
@@ -218,6 +231,48 @@ impl Statements {
                     "SELECT expires_at FROM {ks}.history_expiry WHERE hour_bucket = ? AND expires_at > ? \
                      AND expires_at <= ? LIMIT ?"
                 ),
+            )
+            .await?,
+            // The bound is written with a value-derived timestamp, so the highest bound wins.
+            insert_bucket: prepare(
+                session,
+                Upsert,
+                format!(
+                    "INSERT INTO {ks}.history_bucket (tenant_id, conversation_id, seq_bucket, max_expires_at) \
+                     VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
+                ),
+            )
+            .await?,
+            buckets_asc: prepare(session, Read, buckets("ASC")).await?,
+            buckets_desc: prepare(session, Read, buckets("DESC")).await?,
+            select_floor: prepare(
+                session,
+                Read,
+                format!("SELECT floor_bucket, pin FROM {ks}.history_floor WHERE tenant_id = ? AND conversation_id = ?"),
+            )
+            .await?,
+            insert_floor: prepare(
+                session,
+                Lwt,
+                format!(
+                    "INSERT INTO {ks}.history_floor (tenant_id, conversation_id, floor_bucket, pin) \
+                     VALUES (?, ?, ?, ?) IF NOT EXISTS"
+                ),
+            )
+            .await?,
+            cas_floor: prepare(
+                session,
+                Lwt,
+                format!(
+                    "UPDATE {ks}.history_floor SET floor_bucket = ?, pin = ? WHERE tenant_id = ? AND \
+                     conversation_id = ? IF floor_bucket = ? AND pin = ?"
+                ),
+            )
+            .await?,
+            select_last_seq: prepare(
+                session,
+                Read,
+                format!("SELECT last_seq FROM {ks}.conversation_sequence WHERE tenant_id = ? AND conversation_id = ?"),
             )
             .await?,
         })
