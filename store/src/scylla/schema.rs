@@ -10,7 +10,8 @@
 //! | `history_index` | `((tenant_id, conversation_id), conversation_seq)` | `expires_at` (null: never); same TTL as its record |
 //! | `history_bucket` | `((tenant_id, conversation_id), seq_bucket)` | `max_expires_at`: an upper bound of the expiry of every record that can appear in the bucket (`i64::MAX`: never); highest value wins by write timestamp; TTL = that bound |
 //! | `history_floor` | `((tenant_id, conversation_id))` | `floor_bucket`: no bucket below it can hold a live record; `pin`; both moved only by LWT |
-//! | `commit_recovery` | `((hour_bucket), created_at, tenant_id, sender_id, client_message_id)` | one entry per reservation attempt, written before the reserve LWT; TTL = auxiliary TTL |
+//! | `commit_recovery` | `((hour_bucket), created_at, tenant_id, sender_id, client_message_id)` | one entry per reservation attempt at a position (`created_at`: the reservation's time, later moved forward while it stays unfinished), written before the reserve LWT without TTL; given a TTL only once its commit finished |
+//! | `commit_recovery_cursor` | `((scope))` | `swept`: every recovery entry positioned below it is finished; highest value wins by write timestamp |
 //! | `history_expiry` | `((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)` | one entry per expiring record, for the observable expiry count; TTL = record TTL + 1 h |
 //!
 //! Ids are 16-byte blobs (no UUID type); every `u64` bound to a `bigint` goes through
@@ -25,11 +26,13 @@
 //! history read walks `history_index` from seq 0 through every TTL-expired entry of the
 //! conversation, and past 100 000 of them the server refuses the read
 //! (`tombstone_failure_threshold`). See `message/buckets.rs` for how they bound every read.
+//! `commit_recovery_cursor` is not in seed 000's table list: it is what lets the recovery scan
+//! pass finished entries for good (see `message/recovery.rs`).
 
 use std::collections::HashMap;
 
 /// Every table this backend creates and readiness requires, in creation order.
-pub const TABLES: [&str; 8] = [
+pub const TABLES: [&str; 9] = [
     "message_commit",
     "conversation_sequence",
     "message_record",
@@ -38,6 +41,7 @@ pub const TABLES: [&str; 8] = [
     "history_expiry",
     "history_bucket",
     "history_floor",
+    "commit_recovery_cursor",
 ];
 
 /// Seqs per `message_record` partition (`seq_bucket = seq / SEQ_BUCKET_SIZE`), so one busy
@@ -75,6 +79,7 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
          PRIMARY KEY ((tenant_id, conversation_id), seq_bucket)) WITH gc_grace_seconds = 3600",
         "history_floor (tenant_id blob, conversation_id blob, floor_bucket bigint, pin bigint, \
          PRIMARY KEY ((tenant_id, conversation_id)))",
+        "commit_recovery_cursor (scope int, swept bigint, PRIMARY KEY ((scope)))",
     ];
     bodies.iter().map(|b| format!("CREATE TABLE IF NOT EXISTS {keyspace}.{b}")).collect()
 }

@@ -16,9 +16,12 @@
 //!   with an unknown outcome or a lost reserve race leaves a hole, never a reuse. Reserves of one
 //!   conversation queue on a per-process lock (which also caches `last_seq`), so one writer does
 //!   not contend with itself in Paxos.
-//! - **Crash between reserve and recovery is covered**: the recovery index entry is written
-//!   *before* the reserve LWT; the scan re-reads each commit and skips orphans (no commit, or a
-//!   commit with another `created_at`) and finished ones.
+//! - **Crash between reserve and recovery is covered, however long the commit stays stuck**: the
+//!   recovery entry is written *before* the reserve LWT, without TTL, and gets its TTL only once
+//!   its commit finished; the scan resolves each entry against its commit, moves a durable cursor
+//!   over finished entries, fences entries whose reserve never showed up, and moves entries that
+//!   stay unfinished up so they never hold the cursor back for long (see `recovery.rs`,
+//!   `entries.rs`).
 //! - **Expiry**: records and index entries carry the same per-row TTL, computed from the
 //!   injected clock at write time (`RetentionPolicy::remaining_ttl`; none for classes that never
 //!   expire). Reads also compare `expires_at` with the injected clock, so a record is never
@@ -31,15 +34,17 @@
 //!   issued and expired, so no read meets more than one bucket of expired index entries per
 //!   query (see `buckets.rs`).
 
+mod aux_count;
 mod buckets;
 mod commit;
+mod entries;
 mod history;
 mod recovery;
 mod seq;
 mod statements;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -78,6 +83,8 @@ struct Inner {
     aux_counted_through: AtomicI64,
     /// `gc_expired_history` has counted records that expired up to here.
     history_counted_through: AtomicI64,
+    /// Recovery entries one scan pass resolves at most.
+    recovery_budget: AtomicUsize,
 }
 
 /// `MessageStore` on Scylla/Cassandra (see the module docs). Cheap to clone.
@@ -124,6 +131,7 @@ impl ScyllaMessageStore {
                 bounds: Mutex::default(),
                 aux_counted_through: AtomicI64::new(now),
                 history_counted_through: AtomicI64::new(now),
+                recovery_budget: AtomicUsize::new(recovery::MAX_ENTRIES_PER_PASS),
             }),
         })
     }

@@ -3,7 +3,8 @@
 //! Consistency is set per statement, so it is visible next to the CQL:
 //! - LWTs (`IF NOT EXISTS`, `IF last_seq = ?`, `IF state = ?`, `IF request_blob = ? AND
 //!   commit_blob = ?`, `IF floor_bucket = ? AND pin = ?`): the first facts, ordered state
-//!   transitions and the history floor; LOCAL_QUORUM plus serial consistency LOCAL_SERIAL.
+//!   transitions, recovery fences and the history floor; LOCAL_QUORUM plus serial consistency
+//!   LOCAL_SERIAL.
 //! - Everything else (same-value upserts, reads, scans): LOCAL_QUORUM, no serial consistency;
 //!   the upserts are marked idempotent, so the driver may retry them.
 //!
@@ -28,6 +29,10 @@ pub(super) struct Statements {
     pub commit_row_ttl: PreparedStatement,
     pub insert_recovery: PreparedStatement,
     pub scan_recovery: PreparedStatement,
+    pub select_recovery_cursor: PreparedStatement,
+    pub advance_recovery_cursor: PreparedStatement,
+    pub fence_absent: PreparedStatement,
+    pub fence_gone: PreparedStatement,
     pub init_seq: PreparedStatement,
     pub cas_seq: PreparedStatement,
     pub insert_record: PreparedStatement,
@@ -155,7 +160,40 @@ impl Statements {
                 Upsert,
                 format!(
                     "INSERT INTO {ks}.commit_recovery (hour_bucket, created_at, tenant_id, sender_id, \
-                     client_message_id) VALUES (?, ?, ?, ?, ?) USING TTL ?"
+                     client_message_id) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
+                ),
+            )
+            .await?,
+            select_recovery_cursor: prepare(
+                session,
+                Read,
+                format!("SELECT swept FROM {ks}.commit_recovery_cursor WHERE scope = ?"),
+            )
+            .await?,
+            advance_recovery_cursor: prepare(
+                session,
+                Upsert,
+                format!("UPDATE {ks}.commit_recovery_cursor USING TIMESTAMP ? SET swept = ? WHERE scope = ?"),
+            )
+            .await?,
+            // Fences of a recovery entry whose reservation never showed up: a row its reserve LWT
+            // can no longer apply over, which reads as gone (no commit) and is taken over by the
+            // next reserve of the key.
+            fence_absent: prepare(
+                session,
+                Lwt,
+                format!(
+                    "INSERT INTO {ks}.message_commit (tenant_id, sender_id, client_message_id, request_blob) \
+                     VALUES (?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+                ),
+            )
+            .await?,
+            fence_gone: prepare(
+                session,
+                Lwt,
+                format!(
+                    "UPDATE {ks}.message_commit USING TTL ? SET request_blob = ?, commit_blob = null \
+                     WHERE {COMMIT_KEY} IF request_blob = ? AND commit_blob = ?"
                 ),
             )
             .await?,
