@@ -195,3 +195,58 @@ async fn a_replay_after_the_rows_expired_starts_afresh() {
     assert_eq!(store.gc_completed_dispatches(shard, now + 1, 10).await.unwrap(), 1, "collected again");
     assert_eq!(store.dispatch_progress(m.id).await.unwrap(), None, "and its marker holds");
 }
+
+/// GC reads the shard log from its persisted cursor: after many dispatches were collected, the
+/// next call reads only the new sources; a dispatch not collectable yet is read again until it
+/// is; and a replay of an offset GC passed long ago is still collected.
+#[tokio::test]
+async fn gc_reads_the_shard_log_from_its_cursor() {
+    let clock = clock();
+    let (store, _, _) = open(clock.clone()).await;
+    let (t, shard) = (fresh_tenant(), fresh_shard());
+    let mut dispatches = Vec::new();
+    let dispatch = |offset: u64, n: u32| {
+        let store = &store;
+        let m = manifest(t, shard, vec![user(n)]);
+        async move {
+            let receipt = store.begin_dispatch(EPOCH, &m, offset).await.unwrap();
+            complete(store, &receipt, &m).await;
+            m
+        }
+    };
+    for i in 0..12u32 {
+        dispatches.push(dispatch(10 + u64::from(i), i).await);
+    }
+    advance_all(&store, shard, 21).await;
+    let later = qim_store::clock::Clock::now(clock.as_ref()).0 + 1;
+    let gc = |seen_before: i64| {
+        let store = &store;
+        async move {
+            let before = store.source_rows_read();
+            let collected = store.gc_completed_dispatches(shard, seen_before, 100).await.unwrap();
+            (collected, store.source_rows_read() - before)
+        }
+    };
+    assert_eq!(gc(later).await, (12, 12), "the first call reads the whole log");
+    for i in 12..15u32 {
+        dispatch(10 + u64::from(i), i).await;
+    }
+    advance_all(&store, shard, 24).await;
+    assert_eq!(gc(later).await, (3, 3), "then only what is new");
+    assert_eq!(gc(later).await, (0, 0), "and nothing when nothing is");
+
+    // Last seen too recently for this call's cut-off: read again next time, until collected.
+    dispatch(25, 25).await;
+    advance_all(&store, shard, 25).await;
+    assert_eq!(gc(T0.0).await, (0, 1));
+    assert_eq!(gc(T0.0).await, (0, 1), "the cursor stays below the waiting dispatch");
+    assert_eq!(gc(later).await, (1, 1));
+
+    // A replay of offset 10, collected long ago: a new generation, registered for GC.
+    let replayed = &dispatches[0];
+    let receipt = store.begin_dispatch(EPOCH, replayed, 10).await.unwrap();
+    assert!(!receipt.duplicate, "a collected dispatch starts afresh");
+    complete(&store, &receipt, replayed).await;
+    assert_eq!(gc(later).await, (1, 0), "found through its registration, not by rereading the log");
+    assert_eq!(store.dispatch_progress(replayed.id).await.unwrap(), None);
+}

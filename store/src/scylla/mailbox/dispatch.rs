@@ -176,7 +176,7 @@ impl ScyllaMailboxStore {
         }
         let collected = self.collected_generation(&id).await?;
         let stored = self.dispatch_row(&id).await?;
-        let head = match stored {
+        let (head, started) = match stored {
             Some((stored, head)) if collected < Some(head.generation) => {
                 if stored != bytes {
                     return Err(StoreError::DispatchConflict(format!(
@@ -184,11 +184,12 @@ impl ScyllaMailboxStore {
                         id.message_id, id.shard.0
                     )));
                 }
-                head
+                (head, false)
             }
             old => {
                 let known = old.map(|(_, h)| h.generation).max(collected).map_or(0, |g| g + 1);
-                self.start_generation(manifest, &bytes, off, seq, known.max(calendar_generation(now))).await?
+                let generation = known.max(calendar_generation(now));
+                (self.start_generation(manifest, &bytes, off, seq, generation).await?, true)
             }
         };
         let ttl = DISPATCH_TTL_SECS;
@@ -205,6 +206,10 @@ impl ScyllaMailboxStore {
         );
         source.map_err(db("recording a dispatch source"))?;
         index.map_err(db("indexing a source bucket"))?;
+        if started {
+            // A replay of an old offset may start a generation where GC already read (gc.rs).
+            self.register_if_below_gc(id.shard, observed_offset, mid, head.generation).await?;
+        }
         Ok(DispatchReceipt {
             id,
             seq: head.seq,

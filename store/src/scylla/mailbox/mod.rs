@@ -80,6 +80,9 @@
 //!   highest offset wins, so a zombie worker's stale advance can never move it back.
 //!   `advance_watermark` first checks every source in `(current, through]` has its lane's chunks
 //!   all complete (else `Conflict` naming the first incomplete offset), then writes.
+//! - `mailbox_gc_cursor ((shard)) → (claimed, through)` and `mailbox_gc_pending ((shard),
+//!   observed_offset) → (message_id, generation)`: where GC reads the shard log from, so a call
+//!   reads only sources it has not passed yet (see [`gc`]).
 //!
 //! Time always comes from the injected [`Clock`]; CQL TTLs run on the server's clock, so every
 //! TTL carries slack and every read filters on the injected clock.
@@ -112,10 +115,12 @@
 //!   ledger item stands in for it; so a day written again *after* the user's last registration
 //!   (a late replay into an old day) and then left alone past the slack yields a boundary below
 //!   that late seq. Within the slack a missing proof is `CorruptEntry` (fail closed).
-//! - `gc_completed_dispatches` scans the shard's sources from its first live bucket (at most
-//!   100 000 per call); sources and dispatch rows expire [`DISPATCH_TTL_SECS`] after they were
-//!   written, so a duplicate observed almost that long after its first observation can outlive
-//!   its receipt row (`CorruptEntry` if a watermark still has to pass it).
+//! - `gc_completed_dispatches` reads the shard log from its cursor up to the lowest watermark (at
+//!   most 100 000 sources per call), and again from the first dispatch it could not collect yet:
+//!   a dispatch observed again and again keeps the sources after it in every call's reading.
+//! - Sources and dispatch rows expire [`DISPATCH_TTL_SECS`] after they were written, so a
+//!   duplicate observed almost that long after its first observation can outlive its receipt row
+//!   (`CorruptEntry` if a watermark still has to pass it).
 //! - GC is not atomic with `begin_dispatch`: a duplicate observed while GC marks its dispatch's
 //!   generation collected is forgotten with it, so `advance_watermark` to that offset is
 //!   `InvalidInput` until the observation is repeated (which starts the next generation). GC's
@@ -134,6 +139,7 @@
 //!   offset names one record, so only a bug can race it).
 
 mod dispatch;
+mod gc;
 mod schema;
 mod statements;
 mod user;
@@ -223,6 +229,8 @@ struct Inner {
     retention: MailboxRetention,
     clock: Arc<dyn Clock>,
     lwts: AtomicU64,
+    /// Shard-log (source) rows read by watermark advances and GC.
+    source_rows: AtomicU64,
     /// Manifests `append_chunk` already checked against the stored first receipt (byte-exact),
     /// so the chunks of one dispatch do not each re-read a manifest of up to 1.6 MB.
     verified: std::sync::Mutex<HashMap<DispatchId, Verified>>,
@@ -279,9 +287,16 @@ impl ScyllaMailboxStore {
                 retention,
                 clock,
                 lwts: AtomicU64::new(0),
+                source_rows: AtomicU64::new(0),
                 verified: std::sync::Mutex::default(),
             }),
         })
+    }
+
+    /// How many shard-log rows (`mailbox_dispatch_source`) this store (and its clones) read so
+    /// far, in watermark advances and GC: the work both do is proportional to it.
+    pub fn source_rows_read(&self) -> u64 {
+        self.inner.source_rows.load(Ordering::Relaxed)
     }
 
     /// How many LWTs this store (and its clones) issued so far.
