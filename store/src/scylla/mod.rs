@@ -22,5 +22,5 @@ pub use config::{ScyllaConfig, ScyllaConfigError};
 pub use cql::open_session;
 pub use mailbox::ScyllaMailboxStore;
 pub use membership::ScyllaMembershipStore;
-pub use message::ScyllaMessageStore;
+pub use message::{archive_check, ArchiveRefusal, ScyllaMessageStore};
 pub use migrate::{migrate, read_flavour, readiness, Readiness};

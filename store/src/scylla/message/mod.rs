@@ -26,6 +26,7 @@
 //!   auxiliary TTL at COMMITTED and are treated as gone by the clock after it. There is no
 //!   `DELETE`: the `gc_*` methods count what expired since their last pass.
 
+mod archive;
 mod commit;
 mod history;
 mod recovery;
@@ -39,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use scylla::client::session::Session;
 
+pub use self::archive::{archive_check, ArchiveRefusal};
 use self::statements::Statements;
 use super::config::ScyllaConfig;
 use super::cql::open_session;

@@ -1,0 +1,214 @@
+//! Archive writes: committed records from `qim.messages.v1` into the same rows `put_record`
+//! writes, so [`super::ScyllaMessageStore`]'s history reads serve them unchanged.
+//!
+//! Per record: `message_record` (canonical blob), `history_index` (`expires_at`) and, for
+//! expiring records, `history_expiry`; whole-row `INSERT ... USING TTL` at LOCAL_QUORUM through
+//! the statements `put_record` uses (prepared once, marked idempotent). The TTL is the time left
+//! until the record's own `expires_at` (fixed at commit by the writer's `RetentionPolicy`), at
+//! least 1 s: a late archive still vanishes at the original moment, an expired record is written
+//! with 1 s and never resurrected, and a record that never expires (compliance hold, tenant
+//! custom) gets no TTL. Using the record's expiry rather than recomputing it keeps the blob, the
+//! index entry and the hot tier in agreement (history reads check that `expires_at` matches);
+//! [`archive_check`] refuses records whose expiry contradicts their class.
+//!
+//! A batch writes every record row first, then every index and expiry row, so a concurrent
+//! history read never meets an index entry without its record. Same values on every retry or
+//! replay: writing a batch twice leaves the same rows.
+
+use futures_util::stream::{self, TryStreamExt};
+use scylla::value::MaybeUnset;
+
+use super::commit::{ttl_secs, MAX_TTL_SECS};
+use super::ScyllaMessageStore;
+use crate::codec::{encode_record, u64_to_i64};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::UnixMillis;
+use crate::message::MessageRecord;
+use crate::retention::{RetentionClass, EPHEMERAL_MILLIS};
+use crate::scylla::cql::unavailable;
+use crate::scylla::schema::{hour_bucket, SEQ_BUCKET_SIZE};
+
+/// Expiry entries outlive their record by this much (as `put_record` writes them).
+const EXPIRY_ENTRY_GRACE_SECS: i32 = 3600;
+
+/// Why a record can not be archived: it would contradict the retention rules or the schema.
+/// A record refused here is refused forever (a consumer dead-letters it, never retries).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArchiveRefusal {
+    /// Its `expires_at` contradicts its retention class.
+    #[error("retention {class} with expires_at {expires_at:?} (created {created_at}): {why}")]
+    Retention {
+        /// The record's class name.
+        class: &'static str,
+        /// The record's expiry.
+        expires_at: Option<i64>,
+        /// The record's creation time.
+        created_at: i64,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A value does not fit its CQL column.
+    #[error("{0}")]
+    Range(String),
+}
+
+impl ArchiveRefusal {
+    /// A short, stable reason for dead-letter headers and metric labels.
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            ArchiveRefusal::Retention { .. } => "bad_retention",
+            ArchiveRefusal::Range(_) => "out_of_range",
+        }
+    }
+}
+
+/// Checks that `record` can be archived as it is:
+/// - compliance hold and tenant custom never expire: `expires_at` must be absent;
+/// - ephemeral records expire exactly 24 h after creation;
+/// - default records carry an expiry (services always inject the retention period);
+/// - seq and bucket fit a CQL `bigint`.
+///
+/// A default record whose expiry differs from this process's policy is accepted (its expiry
+/// was fixed at commit); callers compare with their own policy to report configuration drift.
+pub fn archive_check(record: &MessageRecord) -> Result<(), ArchiveRefusal> {
+    let refuse = |why| ArchiveRefusal::Retention {
+        class: record.retention.as_str(),
+        expires_at: record.expires_at.map(|at| at.0),
+        created_at: record.created_at.0,
+        why,
+    };
+    match (record.retention, record.expires_at) {
+        (RetentionClass::ComplianceHold | RetentionClass::TenantCustom, Some(_)) => {
+            return Err(refuse("this class never expires"));
+        }
+        (RetentionClass::Ephemeral24h, at) if at != Some(record.created_at.plus_millis(EPHEMERAL_MILLIS)) => {
+            return Err(refuse("ephemeral records expire 24 h after creation"));
+        }
+        (RetentionClass::Default, None) => return Err(refuse("default records must carry their expiry")),
+        (RetentionClass::Default, Some(at)) if at <= record.created_at => {
+            return Err(refuse("the expiry is not after the creation"));
+        }
+        _ => {}
+    }
+    u64_to_i64("conversation seq", record.seq.0).map_err(|e| ArchiveRefusal::Range(e.to_string()))?;
+    Ok(())
+}
+
+/// One record's bound values.
+struct Row {
+    tenant: [u8; 16],
+    conversation: [u8; 16],
+    bucket: i64,
+    seq: i64,
+    blob: Vec<u8>,
+    expires_at: Option<i64>,
+    ttl: i32,
+}
+
+impl Row {
+    fn new(record: &MessageRecord, now: UnixMillis) -> StoreResult<Self> {
+        archive_check(record).map_err(|e| StoreError::InvalidInput(e.to_string()))?;
+        Ok(Self {
+            tenant: record.tenant.0,
+            conversation: record.conversation.0,
+            bucket: u64_to_i64("seq bucket", record.seq.0 / SEQ_BUCKET_SIZE)?,
+            seq: u64_to_i64("conversation seq", record.seq.0)?,
+            blob: encode_record(record),
+            expires_at: record.expires_at.map(|at| at.0),
+            ttl: record.expires_at.map_or(0, |at| ttl_secs(at, now)),
+        })
+    }
+
+    fn what(&self) -> String {
+        format!("archiving seq {} of {}", self.seq, crate::ids::ConversationId(self.conversation))
+    }
+}
+
+impl ScyllaMessageStore {
+    /// Writes `records` into the archive (see the module docs), with at most `concurrency`
+    /// statements in flight. Returns once every row is acknowledged at LOCAL_QUORUM.
+    ///
+    /// Errors: `InvalidInput` when a record fails [`archive_check`] (nothing is written);
+    /// `Unavailable` when the server did not acknowledge a write (retry the whole batch: rows
+    /// already written are rewritten with the same values).
+    pub async fn archive_records(&self, records: &[MessageRecord], concurrency: usize) -> StoreResult<()> {
+        let now = self.now();
+        let rows = records.iter().map(|r| Row::new(r, now)).collect::<StoreResult<Vec<_>>>()?;
+        let concurrency = concurrency.max(1);
+        let session = &self.inner.session;
+        let st = &self.inner.st;
+        stream::iter(rows.iter().map(Ok))
+            .try_for_each_concurrent(concurrency, |row| async move {
+                let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, row.ttl);
+                session.execute_unpaged(&st.insert_record, values).await.map_err(|e| unavailable(row.what(), e))?;
+                Ok::<_, StoreError>(())
+            })
+            .await?;
+        // Index (and expiry) rows only after every record row of the batch is durable.
+        let statements = rows.iter().flat_map(|row| {
+            let index = Some((row, false));
+            let expiry = row.expires_at.map(|_| (row, true));
+            index.into_iter().chain(expiry)
+        });
+        stream::iter(statements.map(Ok))
+            .try_for_each_concurrent(concurrency, |(row, expiry)| async move {
+                let result = if expiry {
+                    let at = row.expires_at.unwrap_or_default();
+                    let entry_ttl = row.ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
+                    let values = (hour_bucket(at), at, &row.tenant[..], &row.conversation[..], row.seq, entry_ttl);
+                    session.execute_unpaged(&st.insert_expiry, values).await
+                } else {
+                    let expires = row.expires_at.map_or(MaybeUnset::Unset, MaybeUnset::Set);
+                    let values = (&row.tenant[..], &row.conversation[..], row.seq, expires, row.ttl);
+                    session.execute_unpaged(&st.insert_index, values).await
+                };
+                result.map(drop).map_err(|e| unavailable(row.what(), e))
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UserId, MILLIS_PER_DAY};
+    use crate::message::MessageKind;
+
+    fn record(retention: RetentionClass, expires_at: Option<UnixMillis>) -> MessageRecord {
+        MessageRecord {
+            tenant: TenantId([1; 16]),
+            conversation: ConversationId([2; 16]),
+            seq: ConversationSeq(7),
+            message_id: MessageId([3; 16]),
+            sender: UserId([4; 16]),
+            client_message_id: ClientMessageId::new("c").unwrap(),
+            kind: MessageKind::Normal,
+            retention,
+            created_at: UnixMillis(1_790_000_000_000),
+            expires_at,
+            payload: b"x".to_vec(),
+        }
+    }
+
+    #[test]
+    fn each_class_accepts_only_its_own_kind_of_expiry() {
+        let created = UnixMillis(1_790_000_000_000);
+        let day = created.plus_millis(MILLIS_PER_DAY);
+        assert_eq!(archive_check(&record(RetentionClass::Ephemeral24h, Some(day))), Ok(()));
+        assert_eq!(archive_check(&record(RetentionClass::Default, Some(day.plus_millis(MILLIS_PER_DAY)))), Ok(()));
+        assert_eq!(archive_check(&record(RetentionClass::ComplianceHold, None)), Ok(()));
+        assert_eq!(archive_check(&record(RetentionClass::TenantCustom, None)), Ok(()));
+        for bad in [
+            record(RetentionClass::ComplianceHold, Some(day)),
+            record(RetentionClass::TenantCustom, Some(day)),
+            record(RetentionClass::Ephemeral24h, Some(day.plus_millis(1))),
+            record(RetentionClass::Ephemeral24h, None),
+            record(RetentionClass::Default, None),
+            record(RetentionClass::Default, Some(created)),
+        ] {
+            let refusal = archive_check(&bad).unwrap_err();
+            assert_eq!(refusal.reason(), "bad_retention", "{bad:?}");
+        }
+    }
+}
