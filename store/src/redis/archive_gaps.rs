@@ -114,7 +114,11 @@ impl ArchiveGaps {
     }
 
     /// When the conversation is scheduled, if it is.
-    pub async fn scheduled_at(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<Option<UnixMillis>> {
+    pub async fn scheduled_at(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+    ) -> StoreResult<Option<UnixMillis>> {
         let mut con = self.con.clone();
         let score: Option<f64> = redis::cmd("ZSCORE")
             .arg(&self.key)

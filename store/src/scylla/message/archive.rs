@@ -94,6 +94,14 @@ pub fn archive_check(record: &MessageRecord) -> Result<(), ArchiveRefusal> {
     Ok(())
 }
 
+/// Which row of a record a write makes.
+#[derive(Clone, Copy)]
+enum Step {
+    Record,
+    Index,
+    Expiry(i64),
+}
+
 /// One record's bound values.
 struct Row {
     tenant: [u8; 16],
@@ -135,36 +143,37 @@ impl ScyllaMessageStore {
         let now = self.now();
         let rows = records.iter().map(|r| Row::new(r, now)).collect::<StoreResult<Vec<_>>>()?;
         let concurrency = concurrency.max(1);
-        let session = &self.inner.session;
-        let st = &self.inner.st;
-        stream::iter(rows.iter().map(Ok))
-            .try_for_each_concurrent(concurrency, |row| async move {
-                let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, row.ttl);
-                session.execute_unpaged(&st.insert_record, values).await.map_err(|e| unavailable(row.what(), e))?;
-                Ok::<_, StoreError>(())
-            })
-            .await?;
-        // Index (and expiry) rows only after every record row of the batch is durable.
-        let statements = rows.iter().flat_map(|row| {
-            let index = Some((row, false));
-            let expiry = row.expires_at.map(|_| (row, true));
-            index.into_iter().chain(expiry)
-        });
-        stream::iter(statements.map(Ok))
-            .try_for_each_concurrent(concurrency, |(row, expiry)| async move {
-                let result = if expiry {
-                    let at = row.expires_at.unwrap_or_default();
-                    let entry_ttl = row.ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
-                    let values = (hour_bucket(at), at, &row.tenant[..], &row.conversation[..], row.seq, entry_ttl);
-                    session.execute_unpaged(&st.insert_expiry, values).await
-                } else {
+        let rows = &rows;
+        // Owned work items (row index, which statement): closures over borrowed tuples would
+        // make the returned future's `Send` bound higher-ranked.
+        let write = |(i, step): (usize, Step)| async move {
+            let row = &rows[i];
+            let (session, st) = (&self.inner.session, &self.inner.st);
+            let result = match step {
+                Step::Record => {
+                    let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, row.ttl);
+                    session.execute_unpaged(&st.insert_record, values).await
+                }
+                Step::Index => {
                     let expires = row.expires_at.map_or(MaybeUnset::Unset, MaybeUnset::Set);
                     let values = (&row.tenant[..], &row.conversation[..], row.seq, expires, row.ttl);
                     session.execute_unpaged(&st.insert_index, values).await
-                };
-                result.map(drop).map_err(|e| unavailable(row.what(), e))
-            })
-            .await?;
+                }
+                Step::Expiry(at) => {
+                    let entry_ttl = row.ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
+                    let values = (hour_bucket(at), at, &row.tenant[..], &row.conversation[..], row.seq, entry_ttl);
+                    session.execute_unpaged(&st.insert_expiry, values).await
+                }
+            };
+            result.map(drop).map_err(|e| unavailable(row.what(), e))
+        };
+        let records = (0..rows.len()).map(|i| Ok((i, Step::Record)));
+        stream::iter(records).try_for_each_concurrent(concurrency, write).await?;
+        // Index (and expiry) rows only after every record row of the batch is durable.
+        let rest = rows.iter().enumerate().flat_map(|(i, row)| {
+            std::iter::once((i, Step::Index)).chain(row.expires_at.map(|at| (i, Step::Expiry(at))))
+        });
+        stream::iter(rest.map(Ok)).try_for_each_concurrent(concurrency, write).await?;
         Ok(())
     }
 }
