@@ -43,8 +43,8 @@ pub struct PartitionBatch {
     pub partition: i32,
     /// The partition's epoch when the records were received.
     pub epoch: u64,
-    /// The offset to store once the batch is durable: the last offset + 1.
-    pub next_offset: i64,
+    /// The batch's last offset (storing it makes the group resume after it).
+    pub last_offset: i64,
     /// Records to archive.
     pub valid: Vec<Valid>,
     /// Records to dead-letter.
@@ -105,14 +105,14 @@ pub fn partition_batches(mut records: Vec<Incoming>, policy: &RetentionPolicy) -
                 out.push(PartitionBatch {
                     partition: incoming.partition,
                     epoch: incoming.epoch,
-                    next_offset: 0,
+                    last_offset: 0,
                     valid: Vec::new(),
                     poison: Vec::new(),
                 });
                 out.last_mut().expect("just pushed")
             }
         };
-        batch.next_offset = incoming.offset + 1;
+        batch.last_offset = incoming.offset;
         match classify(incoming, policy) {
             Verdict::Archive(valid) => batch.valid.push(valid),
             Verdict::DeadLetter(poison) => batch.poison.push(poison),
@@ -217,8 +217,8 @@ mod tests {
         let records = vec![incoming(1, 7, &good), incoming(0, 3, &good), bad, incoming(1, 7, &good)];
         let batches = partition_batches(records, &p);
         assert_eq!(batches.len(), 2);
-        assert_eq!((batches[0].partition, batches[0].next_offset, batches[0].len()), (0, 4, 1));
-        assert_eq!((batches[1].partition, batches[1].next_offset), (1, 8));
+        assert_eq!((batches[0].partition, batches[0].last_offset, batches[0].len()), (0, 3, 1));
+        assert_eq!((batches[1].partition, batches[1].last_offset), (1, 7));
         assert_eq!((batches[1].valid.len(), batches[1].poison.len()), (1, 1));
     }
 }

@@ -146,6 +146,8 @@ impl Processor {
             counter!(RECORDS, "outcome" => "archived").increment(records.len() as u64);
         }
         progress.archived = true;
+        // Tests park a batch here (rows durable, offset not stored) to kill the process.
+        fail::fail_point!("archiver::after_archive");
         if !progress.watermarked {
             if let Some(watermarks) = &self.watermarks {
                 watermarks.observe(&records).await.map_err(|e| match e.kind().is_retryable() {

@@ -202,6 +202,8 @@ pub fn group_consumer(brokers: &str, group: &str, context: ArchiverContext) -> K
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "false")
+        // A crashed archiver's partitions move to the others within 10 s.
+        .set("session.timeout.ms", "10000")
         .set("statistics.interval.ms", STATS_INTERVAL.as_millis().to_string())
         .create_with_context(context)
 }
