@@ -24,7 +24,7 @@ async fn snapshot(
 ) -> Vec<Option<(Vec<u8>, Option<i64>, Option<i64>)>> {
     let mut out = Vec::new();
     for r in records {
-        let now = (UnixMillis::now().0 / 1000) as i64;
+        let now = UnixMillis::now().0 / 1000;
         out.push(
             stored(session, ks, r)
                 .await
