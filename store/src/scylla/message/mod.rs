@@ -34,6 +34,7 @@
 //!   issued and expired, so no read meets more than one bucket of expired index entries per
 //!   query (see `buckets.rs`).
 
+mod archive;
 mod aux_count;
 mod buckets;
 mod commit;
@@ -50,6 +51,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use scylla::client::session::Session;
 
+pub use self::archive::{archive_check, ArchiveRefusal};
 use self::statements::Statements;
 use super::config::ScyllaConfig;
 use super::cql::open_session;

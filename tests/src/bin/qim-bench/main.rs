@@ -6,6 +6,7 @@
 //! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- scylla [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C]
+//! cargo run --release -p qim-tests --bin qim-bench -- archiver [--count N] [--concurrency C]
 //! ```
 //!
 //! Options: `--count` commits (default 20000), `--concurrency` tasks in flight (64),
@@ -13,6 +14,7 @@
 //! `--scylla-hosts` (127.0.0.1:9042),
 //! `--json FILE` to also write the figures.
 
+mod archiver;
 mod redis;
 mod scylla;
 mod scylla_mailbox;
@@ -43,7 +45,8 @@ pub struct Args {
 
 impl Args {
     fn parse(mut words: impl Iterator<Item = String>) -> anyhow::Result<(String, Self)> {
-        let what = words.next().context("usage: qim-bench redis|scylla [options] (see the module docs)")?;
+        let what =
+            words.next().context("usage: qim-bench redis|scylla|writer|archiver [options] (see the module docs)")?;
         let mut args = Args {
             count: 20_000,
             concurrency: 64,
@@ -144,7 +147,8 @@ async fn main() -> anyhow::Result<()> {
         "redis" => redis::run(&args).await?,
         "scylla" => scylla::run(&args).await?,
         "writer" => writer::run(&args).await?,
-        other => bail!("unknown benchmark {other:?} (known: redis, scylla, writer)"),
+        "archiver" => archiver::run(&args).await?,
+        other => bail!("unknown benchmark {other:?} (known: redis, scylla, writer, archiver)"),
     };
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&figures)?).with_context(|| format!("writing {path}"))?;
