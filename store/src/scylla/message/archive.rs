@@ -13,9 +13,8 @@
 //!
 //! A batch writes every record row first, then raises the `history_bucket` bound of every seq
 //! bucket it touches (reads skip buckets whose bound passed), then every index and expiry row, so
-//! a concurrent
-//! history read never meets an index entry without its record. Same values on every retry or
-//! replay: writing a batch twice leaves the same rows.
+//! a concurrent history read never meets an index entry without its record. Same values on every
+//! retry or replay: writing a batch twice leaves the same rows.
 
 use futures_util::stream::{self, TryStreamExt};
 use scylla::value::MaybeUnset;
