@@ -1,3 +1,24 @@
-//! qim-archiver: consumes committed records into the Scylla archive with remaining-retention TTLs.
+//! qim-archiver: consumes committed records from `qim.messages.v1` into the Scylla archive with
+//! TTL = remaining retention (ADR-0019), maintains the archived watermarks that let the hot tier
+//! trim past its window, and replays the topic on demand.
+//!
+//! - [`config`]: the documented environment and its typed form;
+//! - [`source`]: the Kafka consumer (offset storage, rebalances, lag);
+//! - [`batch`]: decoding and classifying records (archive or dead-letter);
+//! - [`pipeline`]: one partition batch: dead letters → archive → watermarks, with retries;
+//! - [`consumer`]: the consumer loop of `run`; [`replay`]: the `replay` command;
+//! - [`dlq`]: the dead-letter producer; [`watermark`]: the archived watermarks;
+//! - [`hot_tier`]: the hot-tier trim and the watermark rechecks;
+//! - [`serve`]: startup, run and shutdown; [`metrics`]: metric names.
 
+pub mod batch;
 pub mod config;
+pub mod consumer;
+pub mod dlq;
+pub mod hot_tier;
+pub mod metrics;
+pub mod pipeline;
+pub mod replay;
+pub mod serve;
+pub mod source;
+pub mod watermark;

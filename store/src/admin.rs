@@ -53,6 +53,8 @@ fn check_value(var: &EnvVar, value: &str) -> Result<(), String> {
         "QIM_DISPATCH_ADVANCE_MILLIS" => whole(10, 10_000),
         "QIM_MAX_BODY_BYTES" => whole(1, crate::message::MAX_PAYLOAD_BYTES as u64),
         "QIM_MAX_IN_FLIGHT_COMMITS" => whole(1, 1_000_000),
+        "QIM_ARCHIVER_BATCH_RECORDS" | "QIM_ARCHIVER_BATCH_WAIT_MILLIS" => whole(1, 10_000),
+        "QIM_ARCHIVER_WRITE_CONCURRENCY" => whole(1, 4096),
         name if name.ends_with("_HTTP_ADDR") => {
             value.parse::<SocketAddr>().map(|_| ()).map_err(|_| "must be an address like 127.0.0.1:8080".to_owned())
         }

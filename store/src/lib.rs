@@ -6,7 +6,8 @@
 //! - Contracts: [`MessageStore`], [`MailboxStore`], [`MembershipStore`], [`HistoryAuthorizer`], with errors in
 //!   [`error`].
 //! - Backends: [`memory`] (the reference model and embedded mode), [`redis`] (the default and
-//!   the hot tier), [`scylla`] (CQL against ScyllaDB, or Apache Cassandra 5 on our machines).
+//!   the hot tier), [`scylla`] (CQL against ScyllaDB, or Apache Cassandra 5 on our machines),
+//!   [`tiered`] (the Redis hot tier and the Scylla archive behind one `MessageStore`).
 //! - [`testsuite`] (feature `testsuite`): the contract suites every backend runs.
 
 pub mod admin;
@@ -29,6 +30,7 @@ pub mod scylla;
 pub mod service;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;
+pub mod tiered;
 pub mod topic;
 
 pub use error::{ErrorKind, StoreError, StoreResult};

@@ -36,6 +36,8 @@ pub const HEADER_MESSAGE_ID: &str = "qim-message-id";
 pub const HEADER_DLQ_REASON: &str = "qim-dlq-reason";
 /// Dead-letter header: `topic/partition/offset` the record came from.
 pub const HEADER_DLQ_SOURCE: &str = "qim-dlq-source";
+/// Dead-letter header: the full error, for people.
+pub const HEADER_DLQ_DETAIL: &str = "qim-dlq-detail";
 
 /// The format version of message values this build writes and reads.
 pub const MESSAGE_SCHEMA_VERSION: u8 = 1;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use private_redis::PrivateRedis;
 use qim_store::clock::ManualClock;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
-use qim_store::message::{CommitState, Direction, HistoryQuery};
+use qim_store::message::{CommitState, Direction, HistoryQuery, Publication};
 use qim_store::redis::{RedisConfig, RedisMessageStore, SeqEvidence};
 use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
 use qim_store::testsuite::fixtures::{
@@ -159,8 +159,9 @@ async fn a_second_writer_handed_the_same_seq_can_not_overwrite_the_first() {
 
 #[tokio::test]
 async fn an_expiry_registered_again_after_the_drain_does_not_jam_it() {
-    // mark_committed registers the expiry before its state change; a crash in between and a
-    // retry after the drain ran registers the same member again.
+    // The expiry is registered before COMMITTED (alongside OUTBOXED, and again by a
+    // mark_committed that did not see that succeed); a crash in between and a retry after the
+    // drain ran registers the same member again.
     let redis = PrivateRedis::start();
     let clock = clock();
     let store = open(&redis, 30, clock.clone()).await;
@@ -302,4 +303,44 @@ async fn the_drain_removes_expired_records_in_batches() {
     }
     assert_eq!(removed, vec![3, 3, 1, 0]);
     assert_eq!(history_seqs(&store, t, conv).await, (vec![8], Some(8)));
+}
+
+#[tokio::test]
+async fn a_send_costs_six_round_trips() {
+    // The hot path of one send (one store drives every step): reserve 2, put_record 2,
+    // mark_outbox_published 1, mark_committed 1. A store that did not drive the earlier steps
+    // (the recovery loop elsewhere) reads the commit first. A private server: a `SCRIPT FLUSH`
+    // from another test would add reload trips.
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    send(&store, t, conv, "warm").await;
+    let trips = |store: &RedisMessageStore| store.round_trips();
+    let before = trips(&store);
+    let req = request(t, user(1), "m1", conv, b"x");
+    let reserved = store.reserve(&req, fresh_message_id()).await.unwrap();
+    assert_eq!(trips(&store) - before, 2, "reserve");
+    store.put_record(&reserved.intent).await.unwrap();
+    assert_eq!(trips(&store) - before, 4, "put_record");
+    let publication = Publication { partition: 0, offset: 1 };
+    store.mark_outbox_published(&req.key, reserved.intent.message_id, publication).await.unwrap();
+    assert_eq!(trips(&store) - before, 5, "mark_outbox_published");
+    store.mark_committed(&req.key, reserved.intent.message_id).await.unwrap();
+    assert_eq!(trips(&store) - before, 6, "mark_committed");
+
+    let req = request(t, user(1), "m2", conv, b"x");
+    let reserved = store.reserve(&req, fresh_message_id()).await.unwrap();
+    let cold = open(&redis, 30, clock()).await;
+    let before = trips(&cold);
+    cold.put_record(&reserved.intent).await.unwrap();
+    assert_eq!(trips(&cold) - before, 3, "put_record: read, record, CAS");
+    let cold = open(&redis, 30, clock()).await;
+    let before = trips(&cold);
+    cold.mark_outbox_published(&req.key, reserved.intent.message_id, publication).await.unwrap();
+    assert_eq!(trips(&cold) - before, 2, "mark_outbox_published: read, CAS with registrations");
+    let cold = open(&redis, 30, clock()).await;
+    let before = trips(&cold);
+    cold.mark_committed(&req.key, reserved.intent.message_id).await.unwrap();
+    assert_eq!(trips(&cold) - before, 3, "mark_committed: read, registrations, CAS");
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use qim_store::clock::ManualClock;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
-use qim_store::message::{CommitRequest, Direction, HistoryQuery};
+use qim_store::message::{CommitRequest, Direction, HistoryQuery, Publication};
 use qim_store::redis::message::RedisMessageStore;
 use qim_store::redis::RedisConfig;
 use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
@@ -39,6 +39,26 @@ async fn open_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &
     // A fresh namespace is unseeded: seeding it with no evidence is what a new deployment does.
     store.reseed(&[]).await.unwrap_or_else(|e| panic!("seeding test namespace {}: {e}", config.namespace));
     store
+}
+
+/// Opens a second, seeded store on `namespace` (another writer process: nothing in flight).
+async fn open_in(namespace: String, policy: RetentionPolicy, clock: Arc<ManualClock>) -> RedisMessageStore {
+    let config = RedisConfig { url: redis_url(), namespace };
+    RedisMessageStore::open(&config, policy, clock).await.unwrap_or_else(|e| panic!("{}", unreachable(&config.url, &e)))
+}
+
+/// The namespace of a store opened here (its keys start with it).
+fn store_namespace(store: &RedisMessageStore) -> String {
+    store.recovery_key().trim_end_matches(":{recovery}").to_owned()
+}
+
+/// Drives a reserved commit through the remaining steps.
+async fn commit_fully_from(store: &RedisMessageStore, reserved: &qim_store::message::Commit) {
+    let key = &reserved.intent.request.key;
+    store.put_record(&reserved.intent).await.unwrap();
+    let publication = Publication { partition: 0, offset: reserved.intent.seq.0 as i64 };
+    store.mark_outbox_published(key, reserved.intent.message_id, publication).await.unwrap();
+    store.mark_committed(key, reserved.intent.message_id).await.unwrap();
 }
 
 async fn raw_connection() -> redis::aio::MultiplexedConnection {
@@ -133,36 +153,37 @@ async fn cas_script_conflict_maps_after_script_flush() {
     assert!(script_conflicts > 0, "the CAS script's conflict reply was never reached");
 }
 
-/// The reserve script's `conflict` (a reserver that lost the race to different bytes) and
-/// `exists` (lost to the same bytes) replies, after `SCRIPT FLUSH`: the loser's seq stays a hole.
+/// Two reservers of one key race after `SCRIPT FLUSH` (every script reloads itself): both
+/// allocate a seq (allocation is speculative) and reach the reserve script, which creates the
+/// commit for one and shows the other the stored commit: `Conflict` for different bytes, the
+/// winner's commit for the same bytes. The loser's seq is given back if it is still the newest,
+/// else it stays a hole; either way no seq is issued twice.
 #[tokio::test]
 async fn reserve_script_race_replies_map_after_script_flush() {
     let cleanup = Cleanup::default();
     let store = open_store(policy(), clock(), &cleanup).await;
     let mut con = raw_connection().await;
     let t = fresh_tenant();
-    let (mut saw_conflict, mut saw_exists) = (false, false);
-    for attempt in 0..40 {
+    for attempt in 0..10 {
         let conv = fresh_conversation();
         let mine = request(t, user(1), &format!("r{attempt}"), conv, b"mine");
         let theirs = CommitRequest { payload: b"theirs".to_vec(), ..mine.clone() };
         script_flush(&mut con).await;
         let (a, b) = tokio::join!(store.reserve(&mine, fresh_message_id()), store.reserve(&theirs, fresh_message_id()));
-        match (&a, &b) {
-            (Ok(_), Err(e)) | (Err(e), Ok(_)) => assert_eq!(e.kind(), ErrorKind::Conflict, "{e}"),
+        let winner = match (a, b) {
+            (Ok(c), Err(e)) | (Err(e), Ok(c)) => {
+                assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+                c
+            }
             other => panic!("exactly one reserve wins: {other:?}"),
-        }
+        };
         let next = store
             .reserve(&request(t, user(2), &format!("next{attempt}"), conv, b"x"), fresh_message_id())
             .await
             .unwrap();
-        // Seq 3 means both reached the counter: the conflict came from the script.
-        saw_conflict |= next.intent.seq == ConversationSeq(3);
-        if saw_conflict {
-            break;
-        }
+        assert!(next.intent.seq > winner.intent.seq && next.intent.seq.0 <= 3, "{next:?} after {winner:?}");
     }
-    for attempt in 0..40 {
+    for attempt in 0..10 {
         let conv = fresh_conversation();
         let same = request(t, user(1), &format!("s{attempt}"), conv, b"same");
         script_flush(&mut con).await;
@@ -173,13 +194,145 @@ async fn reserve_script_race_replies_map_after_script_flush() {
             .reserve(&request(t, user(2), &format!("after{attempt}"), conv, b"x"), fresh_message_id())
             .await
             .unwrap();
-        saw_exists |= next.intent.seq == ConversationSeq(3);
-        if saw_exists {
-            break;
-        }
+        assert!(next.intent.seq > a.intent.seq && next.intent.seq.0 <= 3, "{next:?} after {a:?}");
     }
-    assert!(saw_conflict, "the reserve script's conflict reply was never reached");
-    assert!(saw_exists, "the reserve script's exists reply was never reached");
+}
+
+/// A replay allocates a seq (allocation is speculative: it goes with the recovery entry in one
+/// round trip) and gives it back when it is still the newest, with its recovery entry: no hole,
+/// no orphan. Under contention the seq stays a hole instead, which is legal.
+#[tokio::test]
+async fn a_replay_gives_back_its_seq_and_its_recovery_entry() {
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock.clone(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let req = request(t, user(1), "m1", conv, b"hello");
+    let first = store.reserve(&req, fresh_message_id()).await.unwrap();
+    clock.advance(5_000);
+    assert_eq!(store.reserve(&req, fresh_message_id()).await.unwrap(), first);
+    let other = CommitRequest { payload: b"other".to_vec(), ..req.clone() };
+    assert_kind(store.reserve(&other, fresh_message_id()).await, ErrorKind::Conflict, "different bytes");
+    let counter: u64 = redis::cmd("GET").arg(store.seq_key(t, conv)).query_async(&mut con).await.unwrap();
+    assert_eq!(counter, 1, "both allocations were given back");
+    let members: Vec<String> =
+        redis::cmd("ZRANGE").arg(store.recovery_key()).arg(0).arg(-1).query_async(&mut con).await.unwrap();
+    assert_eq!(members.len(), 1, "only the first reservation's entry: {members:?}");
+}
+
+/// A store acting on a stale belief (it reserved the commit; another process finished it and the
+/// record has since expired or been trimmed) must not write the record again: the record script
+/// refuses in mode `known`, and the step reads the commit and answers `Conflict`.
+#[tokio::test]
+async fn a_stale_in_flight_belief_never_resurrects_an_expired_or_trimmed_record() {
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let mine = open_store(policy(), clock.clone(), &cleanup).await;
+    // Other writers: one registers expiries, one owns a trim window of 0 days.
+    let plain = open_in(store_namespace(&mine), policy(), clock.clone()).await;
+    let trimming = open_in(store_namespace(&mine), policy(), clock.clone()).await.with_trim_window(0);
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut eph = request(t, user(1), "eph", conv, b"x");
+    eph.retention = RetentionClass::Ephemeral24h;
+    let expiring = mine.reserve(&eph, fresh_message_id()).await.unwrap();
+    let trimmed = mine.reserve(&request(t, user(1), "old", conv, b"x"), fresh_message_id()).await.unwrap();
+    commit_fully_from(&plain, &expiring).await;
+    commit_fully_from(&trimming, &trimmed).await;
+    clock.advance(EPHEMERAL_MILLIS + 1);
+    assert_eq!(plain.gc_expired_history(10).await.unwrap().removed, 1);
+    trimming.record_archived_watermark(t, conv, trimmed.intent.seq).await.unwrap();
+    assert_eq!(trimming.trim_hot_history(10).await.unwrap().trimmed, 1);
+    for reserved in [&expiring, &trimmed] {
+        assert_kind(mine.put_record(&reserved.intent).await, ErrorKind::Conflict, "the commit is COMMITTED");
+    }
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, conv, user(1));
+    let q = HistoryQuery {
+        tenant: t,
+        conversation: conv,
+        viewer: user(1),
+        direction: Direction::Newer,
+        anchor: None,
+        max_items: 10,
+        max_bytes: 1 << 20,
+    };
+    assert!(mine.history_page(&q, &auth).await.unwrap().records.is_empty(), "nothing came back");
+    let mut con = raw_connection().await;
+    let fields: i64 = redis::cmd("HLEN").arg(mine.record_key(t, conv)).query_async(&mut con).await.unwrap();
+    assert_eq!(fields, 0);
+}
+
+/// `mark_committed` by a store that did not publish the commit registers the record with the
+/// hot tier itself, before the transition (the registrations made alongside the outbox CAS may
+/// not have landed: a pipeline is not a transaction).
+#[tokio::test]
+async fn mark_committed_elsewhere_registers_the_record_first() {
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut eph = request(t, user(1), "e", conv, b"x");
+    eph.retention = RetentionClass::Ephemeral24h;
+    let reserved = store.reserve(&eph, fresh_message_id()).await.unwrap();
+    store.put_record(&reserved.intent).await.unwrap();
+    let publication = Publication { partition: 0, offset: 1 };
+    store.mark_outbox_published(&eph.key, reserved.intent.message_id, publication).await.unwrap();
+    let registered: i64 = redis::cmd("ZCARD").arg(store.history_gc_key()).query_async(&mut con).await.unwrap();
+    assert_eq!(registered, 1, "registered alongside the outbox transition");
+    redis::cmd("DEL").arg(store.history_gc_key()).query_async::<()>(&mut con).await.unwrap();
+    let elsewhere = open_in(store_namespace(&store), policy(), clock()).await;
+    elsewhere.mark_committed(&eph.key, reserved.intent.message_id).await.unwrap();
+    let registered: i64 = redis::cmd("ZCARD").arg(store.history_gc_key()).query_async(&mut con).await.unwrap();
+    assert_eq!(registered, 1, "registered again before COMMITTED");
+}
+
+/// COMMITTED commits leave `{recovery}` on a later round trip (the next `mark_committed`, the
+/// recovery scan, the auxiliary GC or `flush_settled`); until then the scan skips them.
+#[tokio::test]
+async fn committed_commits_leave_the_recovery_index_on_a_later_round_trip() {
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let recovery = |con: &mut redis::aio::MultiplexedConnection| {
+        let cmd = redis::cmd("ZCARD").arg(store.recovery_key()).clone();
+        let mut con = con.clone();
+        async move { cmd.query_async::<i64>(&mut con).await.unwrap() }
+    };
+    commit_fully(&store, &request(t, user(1), "a", conv, b"x")).await;
+    assert_eq!(recovery(&mut con).await, 1, "still listed, COMMITTED");
+    assert_eq!(store.scan_recoverable_commits(T0.plus_millis(1), 10).await.unwrap(), vec![]);
+    assert_eq!(recovery(&mut con).await, 0, "the scan flushed it first");
+    commit_fully(&store, &request(t, user(1), "b", conv, b"x")).await;
+    commit_fully(&store, &request(t, user(1), "c", conv, b"x")).await;
+    assert_eq!(recovery(&mut con).await, 1, "b left with c's transition");
+    store.flush_settled().await.unwrap();
+    assert_eq!(recovery(&mut con).await, 0);
+    let listed: i64 = redis::cmd("ZCARD").arg(store.commit_gc_key()).query_async(&mut con).await.unwrap();
+    assert_eq!(listed, 3, "every committed commit is in {{commitgc}}");
+}
+
+/// A `{commitgc}` entry of a commit that is not COMMITTED (its transition did not land with it)
+/// is dropped by the auxiliary GC without touching the commit's recovery entry.
+#[tokio::test]
+async fn a_commitgc_entry_of_an_unfinished_commit_keeps_it_recoverable() {
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let store = open_store(policy(), clock.clone(), &cleanup).await;
+    let mut con = raw_connection().await;
+    let req = request(fresh_tenant(), user(1), "u", fresh_conversation(), b"x");
+    let reserved = store.reserve(&req, fresh_message_id()).await.unwrap();
+    store.put_record(&reserved.intent).await.unwrap();
+    let publication = Publication { partition: 0, offset: 1 };
+    let outboxed = store.mark_outbox_published(&req.key, reserved.intent.message_id, publication).await.unwrap();
+    let member = format!("{}{}:{}:u", req.key.tenant.to_hex(), user(1).to_hex(), T0.0);
+    redis::cmd("ZADD").arg(store.commit_gc_key()).arg(T0.0).arg(&member).query_async::<()>(&mut con).await.unwrap();
+    clock.advance(qim_store::COMMIT_AUX_TTL_MILLIS);
+    assert_eq!(store.gc_committed_auxiliary(10).await.unwrap().removed, 1, "the stray entry");
+    let listed: i64 = redis::cmd("ZCARD").arg(store.commit_gc_key()).query_async(&mut con).await.unwrap();
+    assert_eq!(listed, 0);
+    assert_eq!(store.scan_recoverable_commits(T0.plus_millis(1), 10).await.unwrap(), vec![outboxed]);
 }
 
 /// A commit hash missing its commit blob fails closed.

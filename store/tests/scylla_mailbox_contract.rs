@@ -284,54 +284,6 @@ mod cql_specific {
         assert_eq!(page.groups.len(), 24);
     }
 
-    /// The lowest offset's first receipt wins however the writes arrive: a racing first
-    /// observation at a lower offset (written here directly, as a concurrent worker would) takes
-    /// the row over, and a receipt of the losing offset can not write further chunks.
-    #[tokio::test]
-    async fn the_lowest_first_observation_wins_and_the_loser_is_refused() {
-        let (store, session, ks) = open_store(MailboxRetention::default(), Arc::new(ManualClock::new(T0))).await;
-        let (t, shard) = (fresh_tenant(), fresh_shard());
-        let msg = message(t);
-        let m =
-            DispatchManifest::new(DispatchId { message_id: msg.message_id, shard }, msg, (1..=3).map(user).collect());
-        let late = store.begin_dispatch(EPOCH, &m, 15).await.unwrap();
-        assert_eq!(late.canonical_offset, 15);
-        let lane = qim_store::mailbox::lane_of(&t, &user(1));
-        let chunk = ChunkId { lane, index: 0 };
-        store.append_chunk(&late, &m, chunk).await.expect("the receipt still stands");
-        let lanes: Vec<u8> = m.chunk_counts().iter().flat_map(|c| c.to_be_bytes()).collect();
-        let seq10 = i64::try_from(MailboxSeq::from_offset(EPOCH, 10).unwrap().as_u64()).unwrap();
-        session
-            .query_unpaged(
-                format!(
-                    "INSERT INTO {ks}.mailbox_dispatch (shard, message_id, manifest, canonical_offset, mailbox_seq, \
-                     lane_chunks, generation) VALUES (?, ?, ?, ?, ?, ?, 0) USING TIMESTAMP ?"
-                ),
-                (
-                    i32::from(shard.0),
-                    &m.id.message_id.0[..],
-                    qim_store::codec::encode_manifest(&m),
-                    10i64,
-                    seq10,
-                    lanes,
-                    qim_store::scylla::mailbox::first_wins_timestamp(0, 10),
-                ),
-            )
-            .await
-            .unwrap();
-        // Every later observation reads the winner.
-        let again = store.begin_dispatch(EPOCH, &m, 20).await.unwrap();
-        assert_eq!((again.canonical_offset, again.duplicate), (10, true));
-        let progress = store.dispatch_progress(m.id).await.unwrap().unwrap();
-        assert_eq!(progress.receipt.canonical_offset, 10);
-        assert_eq!(
-            store.append_chunk(&late, &m, chunk).await.unwrap_err().kind(),
-            qim_store::ErrorKind::Conflict,
-            "the losing receipt's seq is refused (its manifest is cached, its seq is re-read)"
-        );
-        store.append_chunk(&again, &m, chunk).await.unwrap();
-    }
-
     /// A ledger day whose bucket proof is missing, or a retention meta that does not decode, fails
     /// closed instead of guessing the expired-gap boundary.
     #[tokio::test]

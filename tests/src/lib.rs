@@ -1,3 +1,4 @@
 //! qim-tests
 pub mod compose;
 pub mod stack;
+pub mod workload;

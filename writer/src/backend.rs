@@ -5,10 +5,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use qim_store::clock::SystemClock;
-use qim_store::memory::MemoryMembershipStore;
-use qim_store::redis::RedisMessageStore;
+use qim_store::redis::{RedisMembershipStore, RedisMessageStore};
 use qim_store::retention::RetentionPolicy;
-use qim_store::scylla::ScyllaMessageStore;
+use qim_store::scylla::{ScyllaMembershipStore, ScyllaMessageStore};
 use qim_store::service::http::ReadinessCheck;
 use qim_store::{MembershipStore, MessageStore};
 
@@ -44,8 +43,8 @@ pub async fn open(backend: &Backend, policy: RetentionPolicy) -> anyhow::Result<
                     }
                 })
             });
-            // TODO(membership): RedisMembershipStore once merged.
-            let members: Arc<dyn MembershipStore> = Arc::new(MemoryMembershipStore::new());
+            let members: Arc<dyn MembershipStore> =
+                Arc::new(RedisMembershipStore::open(config).await.context("opening the redis membership store")?);
             Ok(Stores { messages: Arc::new(store.clone()), members, redis: Some(store), ready })
         }
         Backend::Scylla(config) => {
@@ -68,7 +67,8 @@ pub async fn open(backend: &Backend, policy: RetentionPolicy) -> anyhow::Result<
                     }
                 })
             });
-            let members: Arc<dyn MembershipStore> = Arc::new(MemoryMembershipStore::new());
+            let members: Arc<dyn MembershipStore> =
+                Arc::new(ScyllaMembershipStore::connect(config).await.context("opening the scylla membership store")?);
             Ok(Stores { messages: Arc::new(store), members, redis: None, ready })
         }
     }

@@ -29,6 +29,7 @@ both!(
     bad_input_gets_a_machine_readable_4xx,
     tenants_are_isolated,
     summaries_count_unread_messages_of_others,
+    concurrent_identical_sends_get_one_answer,
 );
 
 async fn writer(kind: Kind) -> (TestWriter, String) {
@@ -188,5 +189,29 @@ async fn summaries_count_unread_messages_of_others(kind: Kind) {
         json!({ "viewer": fresh(UserId).to_hex(), "positions": [{ "conversation": conversation.to_hex() }] });
     let (status, _) = w.post(&format!("/v1/tenants/{tenant}/summaries"), &outsider).await;
     assert_eq!(status, 403);
+    w.stop().await.unwrap();
+}
+
+async fn concurrent_identical_sends_get_one_answer(kind: Kind) {
+    let (w, topic) = writer(kind).await;
+    let (tenant, conversation, alice, _) = ids();
+    let body = send_body(tenant, conversation, alice, "same", "racing");
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let (client, body) = (w.client.clone(), body.clone());
+            tokio::spawn(async move { client.post("/v1/messages", &body).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for r in racers {
+        answers.push(r.await.unwrap());
+    }
+    for (status, answer) in &answers {
+        assert_eq!(*status, 200, "{answer}");
+        assert_eq!(answer, &answers[0].1, "every racer gets the first commit's answer");
+    }
+    for r in read_topic(&topic) {
+        assert_eq!(r.seq.0, answers[0].1["conversation_seq"].as_u64().unwrap(), "one seq in Kafka for the key");
+    }
     w.stop().await.unwrap();
 }

@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,9 @@ use qim_store::redis::RedisMessageStore;
 use qim_store::scylla::ScyllaMessageStore;
 use qim_store::MessageStore;
 use qim_writer::config::{Backend, WriterConfig};
-use support::{create_topic, fresh, read_topic, send_body, Client, Kind, TestWriter};
+use support::{
+    create_topic, free_port, fresh, read_topic, send_body, spawn_writer, wait_ready, Client, Kind, TestWriter,
+};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -117,44 +118,6 @@ async fn crash_in_process(kind: Kind, failpoint: &str, left_in: CommitState) {
     w.stop().await.unwrap();
 }
 
-/// Runs the real binary; `failpoints` as the `FAILPOINTS` variable.
-fn spawn_writer(config: &WriterConfig, port: u16, failpoints: Option<&str>) -> Child {
-    let Backend::Redis(redis) = &config.backend else { unreachable!("the binary case runs on redis") };
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qim-writer"));
-    for (name, _) in std::env::vars().filter(|(k, _)| k.starts_with("QIM_") || k == "FAILPOINTS") {
-        cmd.env_remove(name);
-    }
-    cmd.arg("serve")
-        .env("QIM_STORE_BACKEND", "redis")
-        .env("QIM_REDIS_URL", &redis.url)
-        .env("QIM_REDIS_NAMESPACE", &redis.namespace)
-        .env("QIM_KAFKA_BROKERS", &config.kafka_brokers)
-        .env("QIM_MESSAGES_TOPIC", &config.messages_topic)
-        .env("QIM_WRITER_HTTP_ADDR", format!("127.0.0.1:{port}"))
-        .env("QIM_API_TOKEN", support::TOKEN)
-        .env("QIM_RECOVERY_GRACE_SECS", "1")
-        .env("QIM_RECOVERY_INTERVAL_SECS", "1")
-        .env("QIM_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    if let Some(f) = failpoints {
-        cmd.env("FAILPOINTS", f);
-    }
-    cmd.spawn().expect("starting qim-writer")
-}
-
-async fn wait_healthy(base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200) {
-        assert!(Instant::now() < deadline, "qim-writer did not become ready at {base}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_binary_killed_between_publish_and_outbox_recovers_after_restart() {
     let topic = create_topic().await;
@@ -163,7 +126,7 @@ async fn the_binary_killed_between_publish_and_outbox_recovers_after_restart() {
     let port = free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut child = spawn_writer(&config, port, Some("writer::after_publish=return(abort)"));
-    wait_healthy(&base).await;
+    wait_ready(&base).await;
     let client = reqwest::Client::new();
     let send = client
         .post(format!("{base}/v1/messages"))
@@ -178,7 +141,7 @@ async fn the_binary_killed_between_publish_and_outbox_recovers_after_restart() {
     let stopped = store.load_commit(&c.key).await.unwrap().expect("the reserve is durable");
     assert_eq!(stopped.state, CommitState::Recorded, "published but not yet OUTBOXED");
     let mut child = spawn_writer(&config, port, None);
-    wait_healthy(&base).await;
+    wait_ready(&base).await;
     let recovered = committed_by_recovery(store.as_ref(), &c.key).await;
     check_outcome(&Client::new(&base), &c, &recovered, &topic).await;
     child.kill().unwrap();

@@ -29,33 +29,82 @@
 //!
 //! # Step order and crash safety
 //!
-//! Commit, conversation and global keys live in different slots, so each step is a short
-//! sequence of single-slot scripts/commands, ordered so that a crash (or a race) between any two
-//! of them leaves only legal or self-healing state:
+//! Commit, conversation and global keys live in different slots, so no script can touch them
+//! all. Each step is a short sequence of round trips; a round trip is one single-slot script or
+//! command, or a pipeline of commands that do not depend on each other's results (written
+//! `⟨a ‖ b⟩` below). A pipeline is not a transaction: on a cluster its commands go to different
+//! nodes, and a crash mid-send or a node refusing one command can leave any subset of them
+//! applied. So every pipeline below is chosen so that each subset of it is legal or
+//! self-healing state, and so is a crash between two round trips, or a race.
 //!
-//! - `reserve`: (a) read the commit: same request bytes → the stored commit, other bytes →
-//!   `Conflict` (no seq consumed); (b) `message_allocate_seq.lua` increments the conversation
-//!   counter, but only while its slot's seed marker exists and the counter was not lost under
-//!   surviving history (else `InvariantViolation`: see [`crate::redis::seeding`]); a seq lost
-//!   to a crash or a race stays a hole, which is legal, and is never reissued; (c) add the recovery entry, so
-//!   a crash after (d) is always found by the recovery scan; (d) `message_reserve.lua` creates
-//!   the commit if the key is free; a reserver that lost the race gets the winner's commit for
-//!   equal bytes, `Conflict` otherwise. A recovery entry without its commit (crash between (c)
-//!   and (d), or a lost race) is skipped by the scan and removed by
-//!   [`MessageStore::gc_committed_auxiliary`] once older than the auxiliary TTL.
-//! - `put_record`: read and check the commit (same intent bytes, RESERVED), write record and
-//!   index (`message_put_record.lua`, same-value overwrite), then `message_commit_cas.lua`
-//!   moves RESERVED → RECORDED only if the commit is still the blob that was read. A crash
-//!   before the CAS leaves RESERVED, and the retried step rewrites the same bytes.
-//! - `mark_outbox_published`: check, then the CAS to OUTBOXED with the publication.
-//! - `mark_committed`: (1) register the expiry in `{msghistorygc}` (unless a trim-owning store
-//!   will trim the record before it expires, ADR-0019 revision 2) and the record in
-//!   `{hotwindow}` first (deterministic member
-//!   and score; the record exists since the commit is past RECORDED), because a repeated
-//!   `mark_committed` after the CAS is a `Conflict` and could never register it; (2) the CAS to
-//!   COMMITTED (plus the safety-net TTL); (3) add to `{commitgc}`; (4) remove the recovery
-//!   entry. A crash after (2) leaves a recovery entry of a COMMITTED commit: the scan filters
-//!   it, the auxiliary GC removes it.
+//! Round trips per step when the same store drives a send from `reserve` to `mark_committed`
+//! (the writer's hot path), and when it did not drive the earlier steps (the recovery loop in
+//! another process, a retry after a restart):
+//!
+//! | step | hot path | cold | previously |
+//! |------|---------:|-----:|-----------:|
+//! | `reserve` | 2 | 2 | 4 |
+//! | `put_record` | 2 | 3 | 3 |
+//! | `mark_outbox_published` | 1 | 2 | 2 |
+//! | `mark_committed` | 1 | 3 | 5 (6 for a trim-owning store) |
+//!
+//! The hot path skips reading the commit because the store remembers, for each commit in flight,
+//! the exact commit it last wrote or read (the *in-flight knowledge*, module `inflight`): a hint,
+//! never trusted on its own. Every transition is a compare-and-set of the whole blob
+//! (`message_commit_cas.lua`), so a stale hint only turns into the `Conflict` (or `NotFound`) a
+//! changed commit always got; the one write made on a hint before any CAS, `put_record`'s record,
+//! is guarded in its script (below).
+//!
+//! - `reserve`: (1) `⟨message_allocate_seq.lua ‖ ZADD {recovery}⟩`. The seq is allocated
+//!   speculatively, before knowing whether the key is free: `message_allocate_seq.lua`
+//!   increments the conversation counter only while its slot's seed marker is valid and the
+//!   counter was not lost under surviving history (else `InvariantViolation`: see
+//!   [`crate::redis::seeding`]). (2) `message_reserve.lua` creates the commit if the key is free;
+//!   otherwise it writes nothing and returns the stored request and commit: same bytes → that
+//!   commit (a replay, or a racing reserver that won), other bytes → `Conflict`. (3) Only then,
+//!   `⟨message_release_seq.lua ‖ ZREM {recovery}⟩`: the unused seq goes back if it is still the
+//!   newest issued (nothing anywhere carries it, so issuing it again is as if it never was), else
+//!   it stays a hole, which is legal and never reissued; our recovery entry goes unless it is
+//!   the stored commit's own (same key and millisecond). So a replay consumes no seq, unless
+//!   another send to the conversation was issued one meanwhile: then it leaves a hole, as a lost
+//!   race does. The recovery entry is confirmed before the commit can exist, so a crash after
+//!   (2) is always found by the recovery scan. Any subset of (1): a seq without its entry is
+//!   given back (the commit is never written), an entry without a seq, or a crash before (2),
+//!   leaves an entry leading nowhere, which the scan skips and
+//!   [`MessageStore::gc_committed_auxiliary`] removes once older than the auxiliary TTL.
+//!   Without a seq (unseeded, corrupt counter) a replay is still answered from the stored
+//!   commit (one read), as before.
+//! - `put_record`: write record and index (`message_put_record.lua`, same-value overwrite),
+//!   then the CAS RESERVED → RECORDED from exactly the RESERVED commit of this intent. The
+//!   record must only be written for the reserved intent, so a cold call reads and checks the
+//!   commit first (same intent bytes, RESERVED). A hot call relies on having reserved (or read)
+//!   exactly that commit moments ago, and calls the script in mode `known`: a record that does not
+//!   exist yet is then written only if the seq counter issued its seq, it is above the hot-tier
+//!   lower bound and the expiry drain never deleted it, so even a stale hint (the commit was
+//!   finished elsewhere and its record already expired or trimmed) can not resurrect a record;
+//!   on `stale` the step falls back to the cold path. A crash before the CAS leaves RESERVED,
+//!   and the retried step rewrites the same bytes.
+//! - `mark_outbox_published`: `⟨CAS RECORDED → OUTBOXED ‖ hot-tier registrations⟩`: the
+//!   record's expiry in `{msghistorygc}` (unless a trim-owning store will trim the record before
+//!   it expires, ADR-0019 revision 2) and, for trim-owning stores, the record in `{hotwindow}`;
+//!   deterministic members and scores. The commit is past RECORDED, so the record exists, and it
+//!   was just published, so a hot-tier rebuild from Kafka would restore it: registering it is
+//!   right whatever the CAS answers. A CAS that lands without its registrations is covered by
+//!   `mark_committed`, which registers again unless this store saw them succeed.
+//! - `mark_committed`: (1) only when this store did not see the registrations succeed at
+//!   OUTBOXED: register the record, strictly before the transition, because a repeated
+//!   `mark_committed` after it is a `Conflict` and could never register it; (2) ⟨CAS
+//!   OUTBOXED → COMMITTED (plus the safety-net TTL) ‖ ZADD `{commitgc}` ‖ ZREM `{recovery}` of
+//!   earlier settled commits⟩; (3) once both the CAS and the `{commitgc}` entry are
+//!   confirmed, this commit's recovery entry is *settled*: its removal rides on the store's
+//!   next `mark_committed` round trip (or the next recovery scan, auxiliary GC pass or
+//!   [`RedisMessageStore::flush_settled`]). Any subset of (2): a CAS without its `{commitgc}`
+//!   entry is never settled, so its recovery entry stays (the scan skips COMMITTED commits, the
+//!   auxiliary GC deletes the commit and the entry once past the TTL); a `{commitgc}` entry
+//!   without the CAS (the commit unfinished) is dropped by the auxiliary GC, which leaves the
+//!   recovery entry of a commit that is not COMMITTED alone. A crash (or an idle store) before
+//!   a settled removal leaves the recovery entry of a COMMITTED commit: the same as a crash
+//!   right after the CAS, filtered by the scan and removed by the auxiliary GC.
 //! - `gc_expired_history`: per due member, `message_gc_record.lua` deletes record and index and
 //!   leaves a tombstone, then the member is removed, then the tombstone. A retry after a crash
 //!   finds the tombstone instead of a "missing record" and does not fail.
@@ -63,18 +112,19 @@
 mod gc;
 mod history;
 mod hot_tier;
+mod inflight;
 mod keys;
 mod scripts;
 
 pub use self::hot_tier::{SeqEvidence, TrimReport};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 
+use self::inflight::InFlight;
 use self::keys::{aux_member, Keys};
-use self::scripts::{bytes, expect_ok, invoke, query, status};
+use self::scripts::{answered, bytes, expect_ok, invoke, query, run, status, Batch, Link, Reply};
 use super::{connect, RedisConfig};
 use crate::clock::Clock;
 use crate::codec::{decode_commit, encode_commit, encode_intent, encode_record, encode_request};
@@ -98,12 +148,18 @@ const MAX_SEQ: u64 = 1 << 53;
 /// `MessageStore` on Redis. Clones share one multiplexed connection.
 #[derive(Clone)]
 pub struct RedisMessageStore {
-    con: ConnectionManager,
+    con: Link,
     keys: Keys,
     policy: RetentionPolicy,
     clock: Arc<dyn Clock>,
     /// `Some(window)` when this store owns the hot-tier trim (see [`Self::with_trim_window`]).
     trim_window_millis: Option<i64>,
+    /// What this store last saw of the commits it is driving (a hint; see [`inflight`]).
+    inflight: Arc<InFlight>,
+    /// `{recovery}` members of commits this store moved to COMMITTED and entered in
+    /// `{commitgc}` (both confirmed), whose removal rides on the next round trip that can carry
+    /// it (see [`Self::flush_settled`]).
+    settled: Arc<Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for RedisMessageStore {
@@ -120,6 +176,15 @@ struct Stored {
     blob: Vec<u8>,
     request_bytes: Vec<u8>,
     commit: Commit,
+}
+
+/// `commit <tenant>/<sender>/<client id>` of a key, formatted only when shown (error contexts).
+struct Described<'a>(&'a CommitKey);
+
+impl std::fmt::Display for Described<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&context(self.0))
+    }
 }
 
 /// Whether `commit` is COMMITTED and past the auxiliary TTL at `now`.
@@ -146,10 +211,26 @@ impl RedisMessageStore {
         policy: RetentionPolicy,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
-        let con = connect(config).await?;
-        let store = Self { con, keys: Keys::new(&config.namespace), policy, clock, trim_window_millis: None };
+        let con = Link::new(connect(config).await?);
+        let store = Self {
+            con,
+            keys: Keys::new(&config.namespace),
+            policy,
+            clock,
+            trim_window_millis: None,
+            inflight: Arc::default(),
+            settled: Arc::default(),
+        };
         let _: String = query(&store.con, &format!("pinging redis at {}", config.url), &redis::cmd("PING")).await?;
         Ok(store)
+    }
+
+    /// Round trips to Redis this store (and its clones) made so far: a pipeline counts once,
+    /// as does a script call; a script reloaded after NOSCRIPT costs more. For tests and the
+    /// benchmark, which hold the steps to their documented costs.
+    #[doc(hidden)]
+    pub fn round_trips(&self) -> u64 {
+        self.con.trips()
     }
 
     /// The retention policy this store applies.
@@ -191,6 +272,12 @@ impl RedisMessageStore {
     #[doc(hidden)]
     pub fn recovery_key(&self) -> String {
         self.keys.recovery()
+    }
+
+    /// The index of COMMITTED commits (`{commitgc}`).
+    #[doc(hidden)]
+    pub fn commit_gc_key(&self) -> String {
+        self.keys.commit_gc()
     }
 
     /// The hot-tier expiry index (`{msghistorygc}`).
@@ -241,7 +328,7 @@ impl RedisMessageStore {
         let mut invocation = scripts::COMMIT_CAS.key(self.keys.commit(key));
         invocation.arg(read).arg(encode_commit(next)).arg(redis_ttl_millis);
         let reply = invoke(&self.con, "advancing a commit", &invocation).await?;
-        expect_ok("message_commit_cas", &context(key), reply)
+        expect_ok("message_commit_cas", &Described(key), reply)
     }
 
     /// Deletes the commit `read` if it is still unchanged; `false` when it was already gone
@@ -250,7 +337,7 @@ impl RedisMessageStore {
         let mut invocation = scripts::COMMIT_DELETE.key(self.keys.commit(key));
         invocation.arg(read);
         let reply = invoke(&self.con, "deleting a commit", &invocation).await?;
-        match expect_ok("message_commit_delete", &context(key), reply) {
+        match expect_ok("message_commit_delete", &Described(key), reply) {
             Ok(()) => Ok(true),
             Err(StoreError::NotFound(_) | StoreError::Conflict(_)) => Ok(false),
             Err(e) => Err(e),
@@ -267,6 +354,251 @@ impl RedisMessageStore {
             redis::cmd("ZRANGEBYSCORE").arg(zset).arg("-inf").arg(max).arg("LIMIT").arg(offset).arg(count).clone();
         query(&self.con, "reading an index", &cmd).await
     }
+
+    /// `reserve` when no seq could be allocated (unseeded slot, corrupt counter): a replay is
+    /// still answered from the stored commit, a different request is still `Conflict`;
+    /// anything else gets the allocation's error. The recovery entry written alongside (if it
+    /// was) leads nowhere and is collected by the auxiliary GC, unless removed here: only when
+    /// the stored commit shows it is not that commit's entry.
+    async fn reserve_without_seq(
+        &self,
+        request: &CommitRequest,
+        request_bytes: &[u8],
+        member: &str,
+        allocation: StoreError,
+    ) -> StoreResult<Commit> {
+        let key = &request.key;
+        let Some(existing) = self.load(key).await? else { return Err(allocation) };
+        if aux_member(key, existing.commit.intent.created_at) != member {
+            self.give_up_orphan(member).await;
+        }
+        if existing.request_bytes != request_bytes {
+            return Err(conflict(key, "the same key was reserved for different content"));
+        }
+        Ok(existing.commit)
+    }
+
+    /// Best effort after `reserve` lost the key: gives `seq` back (or leaves a hole) and removes
+    /// `orphan`, its recovery entry, if given. One round trip; failures leave a hole or an orphan
+    /// entry, both legal (the auxiliary GC collects orphans).
+    async fn give_back(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+        orphan: Option<&str>,
+    ) {
+        let mut batch = Batch::default();
+        self.release_seq(&mut batch, tenant, conversation, seq);
+        if let Some(member) = orphan {
+            batch.command("ZREM").arg(self.keys.recovery()).arg(member);
+        }
+        let _ = run(&self.con, "giving back an unused seq", batch).await;
+    }
+
+    /// Best effort: removes a recovery entry that leads nowhere (else the auxiliary GC does).
+    async fn give_up_orphan(&self, member: &str) {
+        let _ = self.zrem(&self.keys.recovery(), member).await;
+    }
+
+    /// `put_record` from RESERVED commit `reserved`; `known` when the in-flight knowledge says
+    /// Redis holds exactly that commit.
+    async fn record(&self, key: &CommitKey, reserved: Commit, known: bool) -> StoreResult<Commit> {
+        let known_blob = if known && self.write_record(&reserved.intent, "known").await? {
+            Some(encode_commit(&reserved))
+        } else {
+            None
+        };
+        let read = match known_blob {
+            Some(blob) => blob,
+            None => {
+                let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
+                if encode_intent(&stored.commit.intent) != encode_intent(&reserved.intent) {
+                    return Err(conflict(key, "the intent differs from the reserved one"));
+                }
+                expect_state(key, &stored.commit, CommitState::Reserved)?;
+                if !self.write_record(&reserved.intent, "read").await? {
+                    return Err(StoreError::InvariantViolation(
+                        "message_put_record: 'stale' for a commit just read".to_owned(),
+                    ));
+                }
+                stored.blob
+            }
+        };
+        let mut next = reserved;
+        next.state = CommitState::Recorded;
+        self.swap(key, &read, &next, 0).await?;
+        self.inflight.remember(next.clone(), false);
+        Ok(next)
+    }
+
+    /// Writes the record and index of `intent` (`message_put_record.lua` in `mode`); `false`
+    /// when the script calls the caller's knowledge stale (mode `known` only).
+    async fn write_record(&self, intent: &CommitIntent, mode: &str) -> StoreResult<bool> {
+        let (tenant, conversation) = (intent.request.key.tenant, intent.request.conversation);
+        let expires_at = self.policy.expires_at(intent.request.retention, intent.created_at);
+        let keys = [
+            self.keys.index(tenant, conversation),
+            self.keys.records(tenant, conversation),
+            self.keys.seq(tenant, conversation),
+            self.keys.lower_bound(tenant, conversation),
+            self.keys.gc_tombstones(tenant, conversation),
+        ];
+        let mut batch = Batch::default();
+        batch
+            .script(&scripts::PUT_RECORD, &keys.each_ref().map(String::as_str))
+            .arg(intent.seq.0)
+            .arg(encode_record(&intent.record(expires_at)))
+            .arg(mode);
+        let [reply] = one(run(&self.con, "writing a history record", batch).await?)?;
+        let reply = answered("writing a history record", reply)?;
+        match status("message_put_record", &Described(&intent.request.key), reply)?.0.as_str() {
+            "ok" => Ok(true),
+            "stale" => Ok(false),
+            other => {
+                Err(StoreError::InvariantViolation(format!("message_put_record: unexpected script status {other:?}")))
+            }
+        }
+    }
+
+    /// `mark_outbox_published` after the publication was checked.
+    async fn outbox(&self, key: &CommitKey, message_id: MessageId, publication: Publication) -> StoreResult<Commit> {
+        let known = self
+            .inflight
+            .get(key)
+            .filter(|k| k.commit.state == CommitState::Recorded && k.commit.intent.message_id == message_id);
+        let (current, read) = match known {
+            Some(k) => (k.commit.clone(), encode_commit(&k.commit)),
+            None => {
+                let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
+                expect_message(key, &stored.commit, message_id)?;
+                expect_state(key, &stored.commit, CommitState::Recorded)?;
+                (stored.commit, stored.blob)
+            }
+        };
+        let mut next = current;
+        next.intent.publication = Some(publication);
+        next.state = CommitState::Outboxed;
+        // The transition and the hot-tier registrations, one round trip: the record exists
+        // (the commit is past RECORDED) and is published, so registering it is right whatever
+        // the CAS answers; a CAS that lands without them leaves them to `mark_committed`.
+        let mut batch = Batch::default();
+        self.cas(&mut batch, key, &read, &next, 0);
+        self.hot_tier_registrations(&next.intent, &mut batch);
+        let mut replies = run(&self.con, "publishing a commit", batch).await?.into_iter();
+        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
+        self.cas_outcome(key, cas)?;
+        let registered = replies.all(|r| r.is_ok());
+        self.inflight.remember(next.clone(), registered);
+        Ok(next)
+    }
+
+    /// `mark_committed`.
+    async fn commit(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
+        let now = self.clock.now();
+        let known = self
+            .inflight
+            .get(key)
+            .filter(|k| k.commit.state == CommitState::Outboxed && k.commit.intent.message_id == message_id);
+        let (current, read, registered) = match known {
+            Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
+            None => {
+                let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
+                expect_message(key, &stored.commit, message_id)?;
+                expect_state(key, &stored.commit, CommitState::Outboxed)?;
+                (stored.commit, stored.blob, false)
+            }
+        };
+        // (1) The hot-tier registrations strictly before the transition (after it a repeated
+        // step is a Conflict and could never add them), unless this store saw them succeed.
+        if !registered {
+            self.register_hot_tier(&current.intent).await?;
+        }
+        // (2) The transition (with the safety-net TTL) ‖ its `{commitgc}` entry ‖ the recovery
+        // entries of earlier commits whose transition and `{commitgc}` entry were confirmed.
+        let mut next = current;
+        next.state = CommitState::Committed;
+        next.committed_at = Some(now);
+        let member = aux_member(key, next.intent.created_at);
+        let mut batch = Batch::default();
+        self.cas(&mut batch, key, &read, &next, COMMITTED_REDIS_TTL_MILLIS);
+        batch.command("ZADD").arg(self.keys.commit_gc()).arg(now.0).arg(&member);
+        self.unlist_settled(&mut batch);
+        let [cas, listed, ..] = at_least(run(&self.con, "committing a commit", batch).await?)?;
+        self.cas_outcome(key, cas)?;
+        // (3) This commit's recovery entry goes on a later round trip, once both are confirmed.
+        if listed.is_ok() {
+            self.settled.lock().unwrap_or_else(PoisonError::into_inner).push(member);
+        }
+        Ok(next)
+    }
+
+    /// Adds to `batch` the removal from `{recovery}` of every settled commit (COMMITTED and in
+    /// `{commitgc}`, both confirmed). If the removal fails or never happens, the entries stay:
+    /// the recovery scan skips COMMITTED commits and the auxiliary GC removes them.
+    fn unlist_settled(&self, batch: &mut Batch) {
+        let settled = std::mem::take(&mut *self.settled.lock().unwrap_or_else(PoisonError::into_inner));
+        if !settled.is_empty() {
+            batch.command("ZREM").arg(self.keys.recovery()).arg(settled);
+        }
+    }
+
+    /// Removes from `{recovery}` the entries of commits this store committed whose removal is
+    /// still pending (it rides on the next `mark_committed`; the recovery scan and the auxiliary
+    /// GC also call this). A writer calls it before shutting down; skipping it is harmless.
+    pub async fn flush_settled(&self) -> StoreResult<()> {
+        let mut batch = Batch::default();
+        self.unlist_settled(&mut batch);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        for reply in run(&self.con, "removing settled recovery entries", batch).await? {
+            answered("removing settled recovery entries", reply)?;
+        }
+        Ok(())
+    }
+
+    /// Adds to `batch` the CAS of `key`'s commit from `read` (exact bytes) to `next`.
+    fn cas(&self, batch: &mut Batch, key: &CommitKey, read: &[u8], next: &Commit, redis_ttl_millis: i64) {
+        batch
+            .script(&scripts::COMMIT_CAS, &[&self.keys.commit(key)])
+            .arg(read)
+            .arg(encode_commit(next))
+            .arg(redis_ttl_millis);
+    }
+
+    /// The outcome of a CAS added by [`Self::cas`].
+    fn cas_outcome(&self, key: &CommitKey, reply: Reply) -> StoreResult<()> {
+        expect_ok("message_commit_cas", &Described(key), answered("advancing a commit", reply)?)
+    }
+}
+
+/// A batch's replies, for a batch of `N` commands.
+fn exactly<const N: usize>(replies: Vec<Reply>) -> StoreResult<[Reply; N]> {
+    let n = replies.len();
+    replies.try_into().map_err(|_| StoreError::InvariantViolation(format!("{n} replies to a batch of {N}")))
+}
+
+fn one(replies: Vec<Reply>) -> StoreResult<[Reply; 1]> {
+    exactly(replies)
+}
+
+fn two(replies: Vec<Reply>) -> StoreResult<[Reply; 2]> {
+    exactly(replies)
+}
+
+/// The first two replies of a batch of at least two commands.
+fn at_least(replies: Vec<Reply>) -> StoreResult<[Reply; 2]> {
+    let n = replies.len();
+    let mut it = replies.into_iter();
+    match (it.next(), it.next()) {
+        (Some(a), Some(b)) => Ok([a, b]),
+        _ => Err(StoreError::InvariantViolation(format!("{n} replies to a batch of at least 2"))),
+    }
+}
+
+fn missing(what: &str) -> StoreError {
+    StoreError::InvariantViolation(format!("{what}: no reply"))
 }
 
 #[async_trait]
@@ -274,42 +606,81 @@ impl MessageStore for RedisMessageStore {
     async fn reserve(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
         check_request(request)?;
         let key = &request.key;
+        let (tenant, conversation) = (key.tenant, request.conversation);
         let request_bytes = encode_request(request);
-        // (a) A replay answers from the stored commit and consumes no seq.
-        if let Some(existing) = self.load(key).await? {
-            if existing.request_bytes != request_bytes {
-                return Err(conflict(key, "the same key was reserved for different content"));
-            }
-            return Ok(existing.commit);
-        }
-        // (b) The seq: once issued it is never issued again, even if what follows fails.
-        let seq = self.allocate_seq(key.tenant, request.conversation).await?;
         let created_at = self.clock.now();
+        let member = aux_member(key, created_at);
+        // (1) A seq, speculatively, and the recovery entry: independent, one round trip.
+        let mut batch = Batch::default();
+        self.allocate_seq(&mut batch, tenant, conversation);
+        batch.command("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member);
+        let [allocated, listed] = two(run(&self.con, "reserving a commit", batch).await?)?;
+        let seq = match self.allocated_seq(conversation, allocated) {
+            Ok(seq) => seq,
+            Err(e) => return self.reserve_without_seq(request, &request_bytes, &member, e).await,
+        };
+        if let Err(e) = answered("writing the recovery index", listed) {
+            // No commit may exist without its recovery entry: stop here; the seq was used nowhere.
+            self.give_back(tenant, conversation, seq, None).await;
+            return Err(e);
+        }
         let intent =
             CommitIntent { request: request.clone(), seq, message_id: proposed_id, created_at, publication: None };
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
-        // (c) The recovery entry before the commit: a crash after (d) is always recoverable.
-        let member = aux_member(key, created_at);
-        let add = redis::cmd("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member).clone();
-        query::<i64>(&self.con, "writing the recovery index", &add).await?;
-        // (d) The commit, if the key is still free.
-        let mut invocation = scripts::RESERVE.key(self.keys.commit(key));
-        invocation.arg(&request_bytes).arg(encode_commit(&commit));
-        let reply = invoke(&self.con, "reserving a commit", &invocation).await?;
-        let (outcome, rest) = status("message_reserve", &context(key), reply)?;
+        // (2) The commit, if the key is still free.
+        let mut batch = Batch::default();
+        batch.script(&scripts::RESERVE, &[&self.keys.commit(key)]).arg(&request_bytes).arg(encode_commit(&commit));
+        let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
+        let reply = match answered("reserving a commit", reply) {
+            Ok(reply) => reply,
+            Err(e) => {
+                // The server refused or failed the script: it wrote nothing.
+                self.give_back(tenant, conversation, seq, None).await;
+                return Err(e);
+            }
+        };
+        let (outcome, rest) = match status("message_reserve", &Described(key), reply) {
+            Ok(parts) => parts,
+            Err(e) => {
+                self.give_back(tenant, conversation, seq, None).await;
+                return Err(e);
+            }
+        };
         match outcome.as_str() {
-            "ok" => Ok(commit),
+            "ok" => {
+                self.inflight.remember(commit.clone(), false);
+                Ok(commit)
+            }
             "exists" => {
-                // Another reserver of the same bytes won: its commit is the answer, our seq a
-                // hole. Our recovery entry is an orphan unless it coincides with the winner's.
-                let blob = rest.first().and_then(bytes).ok_or_else(|| {
-                    StoreError::InvariantViolation("message_reserve: 'exists' without a commit".to_owned())
-                })?;
-                let winner = decode_stored(key, request_bytes, blob.to_vec())?.commit;
-                if winner.intent.created_at != created_at {
-                    self.zrem(&self.keys.recovery(), &member).await?;
+                // The key was taken (a replay, a racing reserver, another request): nothing was
+                // written, so our seq goes back (or stays a hole if a later one was issued), and
+                // our recovery entry goes unless it coincides with the stored commit's.
+                let (Some(req), Some(blob)) = (rest.first().and_then(bytes), rest.get(1).and_then(bytes)) else {
+                    self.give_back(tenant, conversation, seq, None).await;
+                    return Err(StoreError::InvariantViolation(
+                        "message_reserve: 'exists' without request and commit".to_owned(),
+                    ));
+                };
+                if req != request_bytes.as_slice() {
+                    let theirs = decode_commit(blob).ok().map(|c| c.intent.created_at);
+                    let orphan = (theirs.is_some_and(|t| t != created_at)).then_some(member.as_str());
+                    self.give_back(tenant, conversation, seq, orphan).await;
+                    return Err(conflict(key, "the same key was reserved for different content"));
                 }
-                Ok(winner)
+                match decode_stored(key, req.to_vec(), blob.to_vec()) {
+                    Ok(first) => {
+                        let orphan = (first.commit.intent.created_at != created_at).then_some(member.as_str());
+                        self.give_back(tenant, conversation, seq, orphan).await;
+                        if first.commit.state != CommitState::Committed {
+                            self.inflight.remember(first.commit.clone(), false);
+                        }
+                        Ok(first.commit)
+                    }
+                    Err(e) => {
+                        self.give_back(tenant, conversation, seq, None).await;
+                        Err(e)
+                    }
+                }
             }
             other => {
                 Err(StoreError::InvariantViolation(format!("message_reserve: unexpected script status {other:?}")))
@@ -319,22 +690,13 @@ impl MessageStore for RedisMessageStore {
 
     async fn put_record(&self, intent: &CommitIntent) -> StoreResult<Commit> {
         let key = &intent.request.key;
-        let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
-        if encode_intent(&stored.commit.intent) != encode_intent(intent) {
-            return Err(conflict(key, "the intent differs from the reserved one"));
+        let reserved = Commit { intent: intent.clone(), state: CommitState::Reserved, committed_at: None };
+        let known = self.inflight.get(key).is_some_and(|k| k.commit == reserved);
+        let result = self.record(key, reserved, known).await;
+        if result.is_err() {
+            self.inflight.forget(key);
         }
-        expect_state(key, &stored.commit, CommitState::Reserved)?;
-        let (tenant, conversation) = (key.tenant, intent.request.conversation);
-        let expires_at = self.policy.expires_at(intent.request.retention, intent.created_at);
-        let mut invocation = scripts::PUT_RECORD.key(self.keys.index(tenant, conversation));
-        invocation.key(self.keys.records(tenant, conversation));
-        invocation.arg(intent.seq.0).arg(encode_record(&intent.record(expires_at)));
-        let reply = invoke(&self.con, "writing a history record", &invocation).await?;
-        expect_ok("message_put_record", &context(key), reply)?;
-        let mut next = stored.commit;
-        next.state = CommitState::Recorded;
-        self.swap(key, &stored.blob, &next, 0).await?;
-        Ok(next)
+        result
     }
 
     async fn mark_outbox_published(
@@ -344,36 +706,17 @@ impl MessageStore for RedisMessageStore {
         publication: Publication,
     ) -> StoreResult<Commit> {
         crate::rules::check_publication(publication)?;
-        let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
-        expect_message(key, &stored.commit, message_id)?;
-        expect_state(key, &stored.commit, CommitState::Recorded)?;
-        let mut next = stored.commit;
-        next.intent.publication = Some(publication);
-        next.state = CommitState::Outboxed;
-        self.swap(key, &stored.blob, &next, 0).await?;
-        Ok(next)
+        let result = self.outbox(key, message_id, publication).await;
+        if result.is_err() {
+            self.inflight.forget(key);
+        }
+        result
     }
 
     async fn mark_committed(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
-        let now = self.clock.now();
-        let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
-        expect_message(key, &stored.commit, message_id)?;
-        expect_state(key, &stored.commit, CommitState::Outboxed)?;
-        let intent = &stored.commit.intent;
-        // (1) The hot-tier registrations first: after the CAS a repeated step is a Conflict and
-        // could not add them.
-        self.register_hot_tier(intent).await?;
-        // (2) The transition, with the safety-net TTL.
-        let mut next = stored.commit.clone();
-        next.state = CommitState::Committed;
-        next.committed_at = Some(now);
-        self.swap(key, &stored.blob, &next, COMMITTED_REDIS_TTL_MILLIS).await?;
-        // (3) The auxiliary GC entry, then (4) the recovery entry goes.
-        let member = aux_member(key, intent.created_at);
-        let add = redis::cmd("ZADD").arg(self.keys.commit_gc()).arg(now.0).arg(&member).clone();
-        query::<i64>(&self.con, "registering a committed commit", &add).await?;
-        self.zrem(&self.keys.recovery(), &member).await?;
-        Ok(next)
+        let result = self.commit(key, message_id).await;
+        self.inflight.forget(key);
+        result
     }
 
     async fn load_commit(&self, key: &CommitKey) -> StoreResult<Option<Commit>> {

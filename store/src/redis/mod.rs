@@ -5,11 +5,13 @@
 //! Every key of one conversation, and of one user's mailbox, shares a hash tag, so the same
 //! scripts run unchanged on Redis Cluster.
 
+pub mod archive_gaps;
 pub mod mailbox;
 pub mod membership;
 pub mod message;
 pub mod seeding;
 
+pub use archive_gaps::ArchiveGaps;
 pub use mailbox::RedisMailboxStore;
 pub use membership::RedisMembershipStore;
 pub use message::{RedisMessageStore, SeqEvidence, TrimReport};

@@ -4,7 +4,8 @@
 //! - [`schema`]: tables, keys, server flavour and replication decisions (pure).
 //! - [`migrate()`] / [`readiness()`]: the explicit migration and the schema re-check.
 //! - [`ScyllaMessageStore`]: `MessageStore` per seed 000 (LWT only for first facts and ordered
-//!   state transitions, LOCAL_QUORUM for everything else).
+//!   state transitions, LOCAL_QUORUM for everything else), plus the archiver's writes
+//!   (`archive_records`: the same history rows with TTL = remaining retention).
 //! - [`ScyllaMailboxStore`]: `MailboxStore` per DESIGN.md's dispatch departure (no LWT on the
 //!   dispatch path; monotonic state through value-derived write timestamps).
 //! - [`ScyllaMembershipStore`]: `MembershipStore` on `conversation_member` (LOCAL_QUORUM, no
@@ -22,5 +23,5 @@ pub use config::{ScyllaConfig, ScyllaConfigError};
 pub use cql::open_session;
 pub use mailbox::ScyllaMailboxStore;
 pub use membership::ScyllaMembershipStore;
-pub use message::ScyllaMessageStore;
+pub use message::{archive_check, ArchiveRefusal, ScyllaMessageStore};
 pub use migrate::{migrate, read_flavour, readiness, Readiness};

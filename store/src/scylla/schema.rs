@@ -8,7 +8,10 @@
 //! | `conversation_sequence` | `((tenant_id, conversation_id))` | `last_seq`: the highest seq ever issued; moved only by CAS |
 //! | `message_record` | `((tenant_id, conversation_id, seq_bucket), conversation_seq)` | canonical `MessageRecord` blob; per-row TTL = remaining retention |
 //! | `history_index` | `((tenant_id, conversation_id), conversation_seq)` | `expires_at` (null: never); same TTL as its record |
-//! | `commit_recovery` | `((hour_bucket), created_at, tenant_id, sender_id, client_message_id)` | one entry per reservation attempt, written before the reserve LWT; TTL = auxiliary TTL |
+//! | `history_bucket` | `((tenant_id, conversation_id), seq_bucket)` | `max_expires_at`: an upper bound of the expiry of every record that can appear in the bucket (`i64::MAX`: never); highest value wins by write timestamp; TTL = that bound |
+//! | `history_floor` | `((tenant_id, conversation_id))` | `floor_bucket`: no bucket below it can hold a live record; `pin`; both moved only by LWT |
+//! | `commit_recovery` | `((hour_bucket), created_at, tenant_id, sender_id, client_message_id)` | one entry per reservation attempt at a position (`created_at`: the reservation's time, later moved forward while it stays unfinished), written before the reserve LWT without TTL; given a TTL only once its commit finished |
+//! | `commit_recovery_cursor` | `((scope))` | `swept`: every recovery entry positioned below it is finished; highest value wins by write timestamp |
 //! | `history_expiry` | `((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)` | one entry per expiring record, for the observable expiry count; TTL = record TTL + 1 h |
 //! | `conversation_member` | `((tenant_id, conversation_id), user_id)` | one row per member of a conversation (no TTL; removed by row `DELETE`); see [`super::membership`] |
 //!
@@ -19,17 +22,27 @@
 //! `history_expiry` is not in seed 000's table list: seed 000 leaves the "bounded, observable"
 //! expiry count of `gc_expired_history` open, and without an expiry-ordered index that count
 //! would need a full-table scan.
+//!
+//! `history_bucket` and `history_floor` are not in seed 000's table list either: without them a
+//! history read walks `history_index` from seq 0 through every TTL-expired entry of the
+//! conversation, and past 100 000 of them the server refuses the read
+//! (`tombstone_failure_threshold`). See `message/buckets.rs` for how they bound every read.
+//! `commit_recovery_cursor` is not in seed 000's table list: it is what lets the recovery scan
+//! pass finished entries for good (see `message/recovery.rs`).
 
 use std::collections::HashMap;
 
 /// Every table this backend creates and readiness requires, in creation order.
-pub const TABLES: [&str; 7] = [
+pub const TABLES: [&str; 10] = [
     "message_commit",
     "conversation_sequence",
     "message_record",
     "history_index",
     "commit_recovery",
     "history_expiry",
+    "history_bucket",
+    "history_floor",
+    "commit_recovery_cursor",
     "conversation_member",
 ];
 
@@ -64,6 +77,11 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
          client_message_id text, PRIMARY KEY ((hour_bucket), created_at, tenant_id, sender_id, client_message_id)) WITH gc_grace_seconds = 3600",
         "history_expiry (hour_bucket bigint, expires_at bigint, tenant_id blob, conversation_id blob, \
          conversation_seq bigint, PRIMARY KEY ((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)) WITH gc_grace_seconds = 3600",
+        "history_bucket (tenant_id blob, conversation_id blob, seq_bucket bigint, max_expires_at bigint, \
+         PRIMARY KEY ((tenant_id, conversation_id), seq_bucket)) WITH gc_grace_seconds = 3600",
+        "history_floor (tenant_id blob, conversation_id blob, floor_bucket bigint, pin bigint, \
+         PRIMARY KEY ((tenant_id, conversation_id)))",
+        "commit_recovery_cursor (scope int, swept bigint, PRIMARY KEY ((scope)))",
         // Membership is removed by row deletes: keep the default gc_grace_seconds (repair window).
         "conversation_member (tenant_id blob, conversation_id blob, user_id blob, \
          PRIMARY KEY ((tenant_id, conversation_id), user_id))",

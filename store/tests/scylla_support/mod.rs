@@ -2,9 +2,12 @@
 //! Cassandra is missing, the once-per-process migration and the contract-suite harness.
 //!
 //! Prefer the generated keyspace: a reused `QIM_TEST_SCYLLA_KEYSPACE` keeps the unfinished
-//! commits earlier runs left at the suite's fixed start time `T0` for 2 h (the recovery entries'
-//! TTL), and from the third run within 2 h `scan_recoverable_commits_finds_unfinished_work`
-//! (which scans every tenant with a limit of 100) no longer sees its own commits.
+//! commits earlier runs left at the suite's fixed start time `T0` (recovery entries of unfinished
+//! commits never expire), and its recovery cursor where the clocks of earlier runs moved it.
+//!
+//! The recovery cursor is one row per keyspace and follows the scanning store's clock, which is
+//! how production uses it (one wall clock). Tests whose manual clocks jump and that check what
+//! recovery finds open their store with [`isolated_store`], in a keyspace of their own.
 //!
 //! Each `#[tokio::test]` has its own runtime, so each opened store gets its own session (a
 //! session's connections belong to the runtime that made them); only the migration is shared.
@@ -14,9 +17,10 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
-use qim_store::clock::ManualClock;
+use qim_store::clock::{Clock, ManualClock};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
 use qim_store::retention::RetentionPolicy;
+use qim_store::scylla::config::generated_test_keyspace;
 use qim_store::scylla::schema::SEQ_BUCKET_SIZE;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig, ScyllaMessageStore};
 use qim_store::testsuite::MessageHarness;
@@ -64,6 +68,20 @@ pub async fn migrated(session: &Session) {
                 .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", config().keyspace, describe(&e)));
         })
         .await;
+}
+
+/// A store in a fresh keyspace of its own, migrated now (a few seconds): for tests that move the
+/// recovery cursor with their own clock. The keyspace is dropped by a later run's sweep.
+pub async fn isolated_store(policy: RetentionPolicy, clock: Arc<dyn Clock>) -> ScyllaMessageStore {
+    let mut isolated = config().clone();
+    isolated.keyspace = generated_test_keyspace();
+    let session = connect(&isolated).await;
+    migrate(&session, &isolated)
+        .await
+        .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", isolated.keyspace, describe(&e)));
+    ScyllaMessageStore::with_session(session, &isolated, policy, clock)
+        .await
+        .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)))
 }
 
 /// Opens Scylla stores and keeps a typed handle to each, for sabotage by direct CQL.

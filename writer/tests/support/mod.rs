@@ -4,8 +4,9 @@
 
 #![allow(dead_code)]
 
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::message::MessageRecord;
@@ -107,6 +108,7 @@ pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
 }
 
 /// A JSON client of one writer.
+#[derive(Clone)]
 pub struct Client {
     pub base: String,
     pub http: reqwest::Client,
@@ -216,4 +218,42 @@ pub fn read_topic(topic: &str) -> Vec<MessageRecord> {
         }
     }
     out
+}
+
+/// Runs the real binary; `failpoints` as the `FAILPOINTS` variable.
+pub fn spawn_writer(config: &WriterConfig, port: u16, failpoints: Option<&str>) -> Child {
+    let Backend::Redis(redis) = &config.backend else { unreachable!("the binary case runs on redis") };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_qim-writer"));
+    for (name, _) in std::env::vars().filter(|(k, _)| k.starts_with("QIM_") || k == "FAILPOINTS") {
+        cmd.env_remove(name);
+    }
+    cmd.arg("serve")
+        .env("QIM_STORE_BACKEND", "redis")
+        .env("QIM_REDIS_URL", &redis.url)
+        .env("QIM_REDIS_NAMESPACE", &redis.namespace)
+        .env("QIM_KAFKA_BROKERS", &config.kafka_brokers)
+        .env("QIM_MESSAGES_TOPIC", &config.messages_topic)
+        .env("QIM_WRITER_HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .env("QIM_API_TOKEN", TOKEN)
+        .env("QIM_RECOVERY_GRACE_SECS", "1")
+        .env("QIM_RECOVERY_INTERVAL_SECS", "1")
+        .env("QIM_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    if let Some(f) = failpoints {
+        cmd.env("FAILPOINTS", f);
+    }
+    cmd.spawn().expect("starting qim-writer")
+}
+
+pub async fn wait_ready(base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200) {
+        assert!(Instant::now() < deadline, "qim-writer did not become ready at {base}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }

@@ -5,7 +5,7 @@ use super::scripts::{self, invoke, status};
 use super::{aux_due, RedisMessageStore};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::UnixMillis;
-use crate::message::Commit;
+use crate::message::{Commit, CommitState};
 use crate::message_store::{GcReport, COMMIT_AUX_TTL_MILLIS};
 
 /// How long the expiry drain remembers a record it deleted (Redis clock), so the same member
@@ -25,6 +25,7 @@ impl RedisMessageStore {
         if limit == 0 {
             return Ok(found);
         }
+        self.flush_settled().await?;
         let batch = limit.clamp(16, 1000);
         let max = format!("({}", cutoff.0);
         let most = limit.saturating_mul(INSPECT_PER_ITEM).max(1000);
@@ -59,11 +60,25 @@ impl RedisMessageStore {
         if limit == 0 {
             return Ok(report);
         }
+        self.flush_settled().await?;
         // Committed commits past the TTL (committed_at <= now - TTL).
         for member in self.zrange_due(&self.keys.commit_gc(), &max, 0, limit).await? {
             let (key, created_at) = parse_aux_member(&member)?;
             match self.load(&key).await? {
-                Some(s) if s.commit.intent.created_at == created_at && aux_due(&s.commit, now) => {
+                Some(s) if s.commit.intent.created_at == created_at => {
+                    if s.commit.state != CommitState::Committed {
+                        // An entry written alongside a transition that did not land (a pipeline
+                        // is not a transaction): the commit is unfinished, so its recovery entry
+                        // stays for the recovery loop; only this entry goes.
+                        self.zrem(&self.keys.commit_gc(), &member).await?;
+                        report.removed += 1;
+                        continue;
+                    }
+                    if !aux_due(&s.commit, now) {
+                        // Committed a moment after this entry's score (another process won the
+                        // transition): due on a later pass.
+                        continue;
+                    }
                     self.delete_commit(&key, &s.blob).await?;
                 }
                 // Already expired by its safety-net TTL, or the key was reused: nothing to delete.

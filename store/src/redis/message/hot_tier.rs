@@ -2,7 +2,9 @@
 //! after Redis lost state, the archived watermark, and the trim of the 7-day window.
 
 use super::keys::{expiry_member, parse_expiry_member};
-use super::scripts::{bytes, invoke, query, status, ALLOCATE_SEQ, RAISE, TRIM};
+use super::scripts::{
+    answered, bytes, invoke, query, run, status, Batch, Reply, ALLOCATE_SEQ, RAISE, RELEASE_SEQ, TRIM,
+};
 use super::{RedisMessageStore, MAX_SEQ};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
@@ -49,20 +51,23 @@ impl RedisMessageStore {
         self
     }
 
-    /// Issues the conversation's next seq through the seed-marker guard.
-    pub(super) async fn allocate_seq(
-        &self,
-        tenant: TenantId,
-        conversation: ConversationId,
-    ) -> StoreResult<ConversationSeq> {
-        let mut invocation = ALLOCATE_SEQ.key(self.keys.seq(tenant, conversation));
-        invocation
-            .key(self.keys.seed_marker(tenant, conversation))
-            .key(self.keys.index(tenant, conversation))
-            .key(self.keys.lower_bound(tenant, conversation))
-            .key(self.keys.archived(tenant, conversation));
-        let reply = invoke(&self.con, "allocating a conversation seq", &invocation).await?;
-        let (_, rest) = status("message_allocate_seq", &format!("conversation {conversation}"), reply)?;
+    /// Adds to `batch` the allocation of the conversation's next seq through the seed-marker
+    /// guard (`message_allocate_seq.lua`); [`Self::allocated_seq`] reads its reply.
+    pub(super) fn allocate_seq(&self, batch: &mut Batch, tenant: TenantId, conversation: ConversationId) {
+        let keys = [
+            self.keys.seq(tenant, conversation),
+            self.keys.seed_marker(tenant, conversation),
+            self.keys.index(tenant, conversation),
+            self.keys.lower_bound(tenant, conversation),
+            self.keys.archived(tenant, conversation),
+        ];
+        batch.script(&ALLOCATE_SEQ, &keys.each_ref().map(String::as_str));
+    }
+
+    /// The seq an allocation added by [`Self::allocate_seq`] issued.
+    pub(super) fn allocated_seq(&self, conversation: ConversationId, reply: Reply) -> StoreResult<ConversationSeq> {
+        let reply = answered("allocating a conversation seq", reply)?;
+        let (_, rest) = status("message_allocate_seq", &format_args!("conversation {conversation}"), reply)?;
         let seq = reply_number("message_allocate_seq", rest.first())?;
         if !(1..=MAX_SEQ).contains(&seq) {
             return Err(StoreError::InvariantViolation(format!(
@@ -72,22 +77,49 @@ impl RedisMessageStore {
         Ok(ConversationSeq(seq))
     }
 
-    /// At COMMITTED: registers the record's expiry in `{msghistorygc}`, unless a trim-owning
-    /// store will trim it first, and (trim-owning stores) the record in `{hotwindow}`.
-    pub(super) async fn register_hot_tier(&self, intent: &CommitIntent) -> StoreResult<()> {
+    /// Adds to `batch` giving back `seq`, allocated by [`Self::allocate_seq`] and not used
+    /// (`message_release_seq.lua`: only while it is still the newest seq; else it stays a hole).
+    pub(super) fn release_seq(
+        &self,
+        batch: &mut Batch,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+    ) {
+        batch.script(&RELEASE_SEQ, &[&self.keys.seq(tenant, conversation)]).arg(seq.0);
+    }
+
+    /// The hot-tier registrations of a record (DESIGN, ADR-0019): its expiry in
+    /// `{msghistorygc}`, unless a trim-owning store will trim it first (revision of 2026-09-28),
+    /// and, for trim-owning stores, the record in `{hotwindow}`. Deterministic members and
+    /// scores, so registering again changes nothing. Only for a record that exists (its commit
+    /// is past RECORDED): a member whose record is missing above the lower bound stops the
+    /// expiry drain.
+    pub(super) fn hot_tier_registrations(&self, intent: &CommitIntent, batch: &mut Batch) {
         let request = &intent.request;
         let member = expiry_member(request.key.tenant, request.conversation, intent.seq);
         if let Some(expiry) = self.policy.expires_at(request.retention, intent.created_at) {
             let trimmed_first =
                 self.trim_window_millis.is_some_and(|w| expiry.0 - intent.created_at.0 >= w + MILLIS_PER_DAY);
             if !trimmed_first {
-                let add = redis::cmd("ZADD").arg(self.keys.history_gc()).arg(expiry.0).arg(&member).clone();
-                query::<i64>(&self.con, "registering a record expiry", &add).await?;
+                batch.command("ZADD").arg(self.keys.history_gc()).arg(expiry.0).arg(&member);
             }
         }
         if self.trim_window_millis.is_some() {
-            let add = redis::cmd("ZADD").arg(self.keys.hot_window()).arg(intent.created_at.0).arg(&member).clone();
-            query::<i64>(&self.con, "registering a record for the hot-tier trim", &add).await?;
+            batch.command("ZADD").arg(self.keys.hot_window()).arg(intent.created_at.0).arg(&member);
+        }
+    }
+
+    /// Registers the record with the hot tier (see [`Self::hot_tier_registrations`]) in one
+    /// round trip.
+    pub(super) async fn register_hot_tier(&self, intent: &CommitIntent) -> StoreResult<()> {
+        let mut batch = Batch::default();
+        self.hot_tier_registrations(intent, &mut batch);
+        if batch.is_empty() {
+            return Ok(());
+        }
+        for reply in run(&self.con, "registering a record with the hot tier", batch).await? {
+            answered("registering a record with the hot tier", reply)?;
         }
         Ok(())
     }
@@ -99,14 +131,14 @@ impl RedisMessageStore {
         for e in evidence {
             self.raise(&self.keys.seq(e.tenant, e.conversation), e.max_seq.0, "re-seeding a seq counter").await?;
         }
-        let mut con = self.con.clone();
+        let mut con = self.con.manager();
         seeding::write_markers(&mut con, self.keys.namespace(), self.clock.now().0).await
     }
 
     /// How many cluster slots lack their seed marker: 0 means sends may proceed; anything else
     /// means Redis lost state (or was never seeded) and [`Self::reseed`] must run first.
     pub async fn missing_seed_markers(&self) -> StoreResult<usize> {
-        let mut con = self.con.clone();
+        let mut con = self.con.manager();
         seeding::missing_markers(&mut con, self.keys.namespace()).await
     }
 
@@ -126,7 +158,7 @@ impl RedisMessageStore {
         let mut invocation = RAISE.key(key);
         invocation.arg(value);
         let reply = invoke(&self.con, what, &invocation).await?;
-        let (_, rest) = status("message_raise", key, reply)?;
+        let (_, rest) = status("message_raise", &key, reply)?;
         reply_number("message_raise", rest.first())
     }
 
@@ -194,7 +226,7 @@ impl RedisMessageStore {
             .key(self.keys.archived(tenant, conversation))
             .arg(seq.0.to_string());
         let reply = invoke(&self.con, "trimming a hot-tier record", &invocation).await?;
-        match status("message_trim", &format!("conversation {conversation} seq {seq}"), reply)?.0.as_str() {
+        match status("message_trim", &format_args!("conversation {conversation} seq {seq}"), reply)?.0.as_str() {
             "trimmed" => Ok(true),
             "unarchived" => Ok(false),
             other => Err(StoreError::InvariantViolation(format!("message_trim: unexpected script status {other:?}"))),

@@ -17,35 +17,43 @@ impl Keys {
         Self { ns: namespace.to_owned() }
     }
 
-    /// `<ns>:{c:<tenant hex><conversation hex>}`: the prefix (and hash tag) of a conversation.
-    fn conversation(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        format!("{}:{{c:{}{}}}", self.ns, tenant.to_hex(), conversation.to_hex())
+    /// `<ns>:{c:<tenant hex><conversation hex>}:<suffix>`: a key of a conversation (its hash
+    /// tag is the conversation's).
+    fn conversation(&self, tenant: TenantId, conversation: ConversationId, suffix: &str) -> String {
+        let mut key = String::with_capacity(self.ns.len() + 70 + suffix.len());
+        key.push_str(&self.ns);
+        key.push_str(":{c:");
+        push_hex(&mut key, &tenant.0);
+        push_hex(&mut key, &conversation.0);
+        key.push_str("}:");
+        key.push_str(suffix);
+        key
     }
 
     /// The highest seq ever issued in the conversation (INCR counter).
     pub(super) fn seq(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        format!("{}:seq", self.conversation(tenant, conversation))
+        self.conversation(tenant, conversation, "seq")
     }
 
     /// The history index: ZSET, member = seq (decimal), score = seq.
     pub(super) fn index(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        format!("{}:idx", self.conversation(tenant, conversation))
+        self.conversation(tenant, conversation, "idx")
     }
 
     /// The records: HASH, field = seq (decimal), value = canonical record blob.
     pub(super) fn records(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        format!("{}:rec", self.conversation(tenant, conversation))
+        self.conversation(tenant, conversation, "rec")
     }
 
     /// The hot-tier lower bound: seqs at or below it were trimmed (absent = 0).
     pub(super) fn lower_bound(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        format!("{}:lowbound", self.conversation(tenant, conversation))
+        self.conversation(tenant, conversation, "lowbound")
     }
 
     /// The archived watermark: the highest seq the archive holds contiguously (absent = 0).
     /// The hot-tier trim never passes it.
     pub(super) fn archived(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        format!("{}:archived", self.conversation(tenant, conversation))
+        self.conversation(tenant, conversation, "archived")
     }
 
     /// The seed marker of the slot holding the conversation's counter (see
@@ -62,13 +70,21 @@ impl Keys {
     /// Tombstones of the expiry drain: SET of seqs whose record was deleted while their expiry
     /// member may still exist (a crash between the two steps).
     pub(super) fn gc_tombstones(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        format!("{}:gcdone", self.conversation(tenant, conversation))
+        self.conversation(tenant, conversation, "gcdone")
     }
 
     /// `<ns>:{k:<tenant hex><sender hex>}:commit:<client id>`: HASH with `req` (request bytes)
     /// and `commit` (commit blob).
     pub(super) fn commit(&self, key: &CommitKey) -> String {
-        format!("{}:{{k:{}{}}}:commit:{}", self.ns, key.tenant.to_hex(), key.sender.to_hex(), key.client_message_id)
+        let client = key.client_message_id.as_str();
+        let mut out = String::with_capacity(self.ns.len() + 78 + client.len());
+        out.push_str(&self.ns);
+        out.push_str(":{k:");
+        push_hex(&mut out, &key.tenant.0);
+        push_hex(&mut out, &key.sender.0);
+        out.push_str("}:commit:");
+        out.push_str(client);
+        out
     }
 
     /// `<ns>:{recovery}`: ZSET of unfinished commits, score = created_at ms, member =
@@ -102,7 +118,15 @@ impl Keys {
 /// lost the race for the key. Sorting members of equal score orders them by key, as the
 /// reference backend does.
 pub(super) fn aux_member(key: &CommitKey, created_at: UnixMillis) -> String {
-    format!("{}{}:{}:{}", key.tenant.to_hex(), key.sender.to_hex(), created_at.0, key.client_message_id)
+    let client = key.client_message_id.as_str();
+    let mut out = String::with_capacity(86 + client.len());
+    push_hex(&mut out, &key.tenant.0);
+    push_hex(&mut out, &key.sender.0);
+    out.push(':');
+    out.push_str(&created_at.0.to_string());
+    out.push(':');
+    out.push_str(client);
+    out
 }
 
 /// Parses [`aux_member`].
@@ -123,7 +147,23 @@ pub(super) fn parse_aux_member(member: &str) -> StoreResult<(CommitKey, UnixMill
 
 /// The expiry index member of one record: `<tenant hex>|<conversation hex>|<seq>`.
 pub(super) fn expiry_member(tenant: TenantId, conversation: ConversationId, seq: ConversationSeq) -> String {
-    format!("{}|{}|{}", tenant.to_hex(), conversation.to_hex(), seq.0)
+    let mut out = String::with_capacity(86);
+    push_hex(&mut out, &tenant.0);
+    out.push('|');
+    push_hex(&mut out, &conversation.0);
+    out.push('|');
+    out.push_str(&seq.0.to_string());
+    out
+}
+
+/// Appends `bytes` as lowercase hex, the same text as the ids' `to_hex` (key names are on the
+/// hot path: no allocation per byte).
+fn push_hex(out: &mut String, bytes: &[u8; 16]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
 }
 
 /// Parses [`expiry_member`].
@@ -168,6 +208,17 @@ mod tests {
         for bad in ["0", "01", "-1", "9223372036854775808", "1.0"] {
             assert_eq!(parse_seq(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn hex_matches_the_ids() {
+        let (t, u, c) = (TenantId([0x0f; 16]), UserId(*b"\x00\x01\xa0\xffqim-redis-ke"), ConversationId([0xe7; 16]));
+        let key = CommitKey { tenant: t, sender: u, client_message_id: ClientMessageId::new("c-1").unwrap() };
+        let keys = Keys::new("qim");
+        assert_eq!(keys.commit(&key), format!("qim:{{k:{}{}}}:commit:c-1", t.to_hex(), u.to_hex()));
+        assert_eq!(keys.seq(t, c), format!("qim:{{c:{}{}}}:seq", t.to_hex(), c.to_hex()));
+        assert_eq!(aux_member(&key, UnixMillis(-7)), format!("{}{}:-7:c-1", t.to_hex(), u.to_hex()));
+        assert_eq!(expiry_member(t, c, ConversationSeq(9)), format!("{}|{}|9", t.to_hex(), c.to_hex()));
     }
 
     #[test]

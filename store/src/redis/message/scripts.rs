@@ -5,7 +5,8 @@
 //! [`StoreError::CorruptEntry`], `notfound` → [`StoreError::NotFound`], `unseeded` →
 //! [`StoreError::InvariantViolation`] (seq counters must be re-seeded), each with a reason.
 
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 
 use redis::aio::ConnectionManager;
 use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
@@ -28,6 +29,38 @@ pub(super) static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(include
 pub(super) static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_trim.lua")));
 pub(super) static GC_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_gc_record.lua")));
+pub(super) static RELEASE_SEQ: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/message_release_seq.lua")));
+
+/// The store's connection (multiplexed, self-reconnecting; clones share it) and a count of the
+/// round trips made through it, so tests and the benchmark can hold the step costs to account.
+#[derive(Clone)]
+pub(super) struct Link {
+    manager: ConnectionManager,
+    trips: Arc<AtomicU64>,
+}
+
+impl Link {
+    pub(super) fn new(manager: ConnectionManager) -> Self {
+        Self { manager, trips: Arc::default() }
+    }
+
+    /// A connection handle for one round trip (counted).
+    fn trip(&self) -> ConnectionManager {
+        self.trips.fetch_add(1, Ordering::Relaxed);
+        self.manager.clone()
+    }
+
+    /// A connection handle for a caller that counts nothing (bulk maintenance: seeding).
+    pub(super) fn manager(&self) -> ConnectionManager {
+        self.manager.clone()
+    }
+
+    /// Round trips made so far.
+    pub(super) fn trips(&self) -> u64 {
+        self.trips.load(Ordering::Relaxed)
+    }
+}
 
 /// Maps a failed Redis call: a key of ours holding another type is a broken layout
 /// (`CorruptEntry`); anything else is the transport or the server (`Unavailable`).
@@ -43,15 +76,11 @@ pub(super) fn call_error(what: &str, err: redis::RedisError) -> StoreError {
 const NOSCRIPT_ATTEMPTS: usize = 3;
 
 /// Runs a script (EVALSHA, reloaded on NOSCRIPT) and returns its raw reply.
-pub(super) async fn invoke(
-    con: &ConnectionManager,
-    what: &str,
-    invocation: &ScriptInvocation<'_>,
-) -> StoreResult<Value> {
-    let mut con = con.clone();
+pub(super) async fn invoke(con: &Link, what: &str, invocation: &ScriptInvocation<'_>) -> StoreResult<Value> {
     let mut attempt = 1;
     loop {
-        match invocation.invoke_async(&mut con).await {
+        // EVALSHA, and on NOSCRIPT a load and EVALSHA again: counted as one trip (rare).
+        match invocation.invoke_async(&mut con.trip()).await {
             Ok(value) => return Ok(value),
             Err(e)
                 if attempt < NOSCRIPT_ATTEMPTS && e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
@@ -64,13 +93,114 @@ pub(super) async fn invoke(
 }
 
 /// Runs one plain command.
-pub(super) async fn query<T: redis::FromRedisValue>(
-    con: &ConnectionManager,
-    what: &str,
-    cmd: &redis::Cmd,
-) -> StoreResult<T> {
-    let mut con = con.clone();
-    cmd.query_async(&mut con).await.map_err(|e| call_error(what, e))
+pub(super) async fn query<T: redis::FromRedisValue>(con: &Link, what: &str, cmd: &redis::Cmd) -> StoreResult<T> {
+    cmd.query_async(&mut con.trip()).await.map_err(|e| call_error(what, e))
+}
+
+/// Commands sent together in one round trip: a pipeline, not a transaction. Each command
+/// succeeds or fails on its own, and on Redis Cluster the commands of different slots go to
+/// different nodes, so any subset of them may take effect (a crash mid-send, one node failing).
+/// Callers batch only commands that do not depend on each other's results, and whose every
+/// partial outcome is legal state (each call site says why).
+#[derive(Default)]
+pub(super) struct Batch {
+    cmds: Vec<redis::Cmd>,
+    /// The script behind each command, if it is an `EVALSHA` (to load it on NOSCRIPT).
+    scripts: Vec<Option<&'static Script>>,
+}
+
+impl Batch {
+    /// Adds the plain command `name`; the caller appends its arguments to the returned command.
+    pub(super) fn command(&mut self, name: &str) -> &mut redis::Cmd {
+        self.cmds.push(redis::cmd(name));
+        self.scripts.push(None);
+        self.cmds.last_mut().expect("just pushed")
+    }
+
+    /// Adds `EVALSHA` of `script` over `keys`; the caller appends its `ARGV` to the returned
+    /// command.
+    pub(super) fn script(&mut self, script: &'static Script, keys: &[&str]) -> &mut redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+        self.cmds.push(cmd);
+        self.scripts.push(Some(script));
+        self.cmds.last_mut().expect("just pushed")
+    }
+
+    /// Whether the batch holds no command.
+    pub(super) fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+}
+
+/// One command's reply in a [`Batch`]: its value, or the error the server answered it with.
+pub(super) type Reply = Result<Value, redis::RedisError>;
+
+/// Sends `batch` as one pipeline and returns every command's reply, in order. Commands whose
+/// script the server lost (NOSCRIPT: a `SCRIPT FLUSH`, a restart, a failover) are sent again,
+/// alone, after loading their scripts; the others are not repeated. `Err` only when the round
+/// trip itself failed (then any subset of the commands may have taken effect).
+pub(super) async fn run(link: &Link, what: &str, batch: Batch) -> StoreResult<Vec<Reply>> {
+    let mut con = link.manager();
+    let Batch { cmds, scripts } = batch;
+    let mut all = redis::pipe();
+    for cmd in cmds {
+        all.add_command(cmd);
+    }
+    let mut replies: Vec<Option<Reply>> = (0..all.len()).map(|_| None).collect();
+    let mut pending: Vec<usize> = (0..all.len()).collect();
+    let mut attempt = 1;
+    while !pending.is_empty() {
+        link.trips.fetch_add(1, Ordering::Relaxed);
+        let values: Vec<Value> = if attempt == 1 {
+            all.ignore_errors().query_async(&mut con).await
+        } else {
+            let mut pipe = redis::pipe();
+            for cmd in all.cmd_iter().enumerate().filter(|(i, _)| pending.contains(i)).map(|(_, c)| c) {
+                pipe.add_command(cmd.clone());
+            }
+            pipe.ignore_errors().query_async(&mut con).await
+        }
+        .map_err(|e| call_error(what, e))?;
+        if values.len() != pending.len() {
+            return Err(StoreError::InvariantViolation(format!(
+                "{what}: {} replies to a pipeline of {}",
+                values.len(),
+                pending.len()
+            )));
+        }
+        let mut lost = Vec::new();
+        for (&i, value) in pending.iter().zip(values) {
+            match value {
+                Value::ServerError(e)
+                    if attempt < NOSCRIPT_ATTEMPTS
+                        && scripts[i].is_some()
+                        && e.kind() == Some(ServerErrorKind::NoScript) =>
+                {
+                    lost.push(i);
+                }
+                Value::ServerError(e) => replies[i] = Some(Err(e.into())),
+                other => replies[i] = Some(Ok(other)),
+            }
+        }
+        let mut loaded: Vec<&str> = Vec::new();
+        for &i in &lost {
+            let script = scripts[i].expect("only script commands are sent again");
+            if !loaded.contains(&script.get_hash()) {
+                link.trips.fetch_add(1, Ordering::Relaxed);
+                script.prepare_invoke().load_async(&mut con).await.map_err(|e| call_error(what, e))?;
+                loaded.push(script.get_hash());
+            }
+        }
+        pending = lost;
+        attempt += 1;
+    }
+    Ok(replies.into_iter().map(|r| r.expect("every command was answered")).collect())
+}
+
+/// A batch reply as a store result (a server error mapped like [`query`]'s).
+pub(super) fn answered(what: &str, reply: Reply) -> StoreResult<Value> {
+    reply.map_err(|e| call_error(what, e))
 }
 
 /// The bytes of a string reply.
@@ -88,7 +218,8 @@ fn unexpected(what: &str, value: &Value) -> StoreError {
 
 /// Splits a status reply: failure statuses become errors (with `context` prefixed to the
 /// script's reason); any other status is returned with the remaining elements.
-pub(super) fn status(what: &str, context: &str, value: Value) -> StoreResult<(String, Vec<Value>)> {
+/// `context` is formatted only for an error.
+pub(super) fn status(what: &str, context: &dyn std::fmt::Display, value: Value) -> StoreResult<(String, Vec<Value>)> {
     let Value::Array(items) = value else {
         return Err(unexpected(what, &value));
     };
@@ -115,7 +246,7 @@ pub(super) fn status(what: &str, context: &str, value: Value) -> StoreResult<(St
 }
 
 /// [`status`] for scripts whose only success is `ok`.
-pub(super) fn expect_ok(what: &str, context: &str, value: Value) -> StoreResult<()> {
+pub(super) fn expect_ok(what: &str, context: &dyn std::fmt::Display, value: Value) -> StoreResult<()> {
     match status(what, context, value)? {
         (s, _) if s == "ok" => Ok(()),
         (s, _) => Err(StoreError::InvariantViolation(format!("{what}: unexpected script status {s:?}"))),
@@ -133,21 +264,21 @@ mod tests {
 
     #[test]
     fn statuses_map_to_error_kinds() {
-        assert!(expect_ok("s", "c", reply(&["ok"])).is_ok());
+        assert!(expect_ok("s", &"c", reply(&["ok"])).is_ok());
         let cases = [
             ("conflict", ErrorKind::Conflict),
             ("corrupt", ErrorKind::CorruptEntry),
             ("notfound", ErrorKind::NotFound),
         ];
         for (s, kind) in cases {
-            let err = expect_ok("s", "ctx", reply(&[s, "why"])).unwrap_err();
+            let err = expect_ok("s", &"ctx", reply(&[s, "why"])).unwrap_err();
             assert_eq!(err.kind(), kind);
             assert!(err.to_string().contains("ctx: why"), "{err}");
         }
-        let (s, rest) = status("s", "c", reply(&["exists", "blob"])).unwrap();
+        let (s, rest) = status("s", &"c", reply(&["exists", "blob"])).unwrap();
         assert_eq!((s.as_str(), rest.len()), ("exists", 1));
-        assert_eq!(expect_ok("s", "c", reply(&["exists"])).unwrap_err().kind(), ErrorKind::InvariantViolation);
-        assert_eq!(expect_ok("s", "c", Value::Int(1)).unwrap_err().kind(), ErrorKind::InvariantViolation);
-        assert_eq!(expect_ok("s", "c", Value::Array(vec![])).unwrap_err().kind(), ErrorKind::InvariantViolation);
+        assert_eq!(expect_ok("s", &"c", reply(&["exists"])).unwrap_err().kind(), ErrorKind::InvariantViolation);
+        assert_eq!(expect_ok("s", &"c", Value::Int(1)).unwrap_err().kind(), ErrorKind::InvariantViolation);
+        assert_eq!(expect_ok("s", &"c", Value::Array(vec![])).unwrap_err().kind(), ErrorKind::InvariantViolation);
     }
 }

@@ -2,8 +2,9 @@
 //! chunk completions and the shard's source log (watermarks and GC: [`super::watermark`]).
 //!
 //! Every dispatch row carries a *generation*: GC marks a generation collected, and a dispatch
-//! observed again afterwards starts the next generation (a first receipt whose write timestamp
-//! beats every receipt of the older ones). Observations and chunk completions are keyed by
+//! observed again afterwards (collected, or its rows expired) starts a newer generation (a first
+//! receipt whose write timestamp beats every receipt of the older ones, expired ones included:
+//! see [`super::calendar_generation`]). Observations and chunk completions are keyed by
 //! generation, so a collected generation's rows, kept until their TTL, are never read again: the
 //! store answers exactly as if they were gone.
 
@@ -11,7 +12,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::{
-    db, first, first_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS, MAX_GENERATION, SOURCE_BUCKET_BITS,
+    calendar_generation, db, first, first_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS, MAX_GENERATION,
+    SOURCE_BUCKET_BITS,
 };
 use crate::codec::{decode_manifest, encode_manifest, i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
@@ -22,6 +24,9 @@ use crate::mailbox::{
 
 /// Source rows read per query.
 pub(super) const SOURCE_PAGE: usize = 1_000;
+/// Receipt writes of one new generation that may read back absent before `begin_dispatch` gives
+/// up (each retries one generation higher).
+const SHADOWED_RETRIES: usize = 16;
 /// Most sources one `gc_completed_dispatches` call inspects.
 pub(super) const GC_SCAN_CAP: usize = 100_000;
 
@@ -171,7 +176,7 @@ impl ScyllaMailboxStore {
         }
         let collected = self.collected_generation(&id).await?;
         let stored = self.dispatch_row(&id).await?;
-        let head = match stored {
+        let (head, started) = match stored {
             Some((stored, head)) if collected < Some(head.generation) => {
                 if stored != bytes {
                     return Err(StoreError::DispatchConflict(format!(
@@ -179,48 +184,12 @@ impl ScyllaMailboxStore {
                         id.message_id, id.shard.0
                     )));
                 }
-                head
+                (head, false)
             }
             old => {
-                // No live generation: start one above everything stored or collected. The write
-                // timestamp grows with the generation and falls with the offset, so the lowest
-                // offset of the newest generation wins; read back whichever won.
-                let generation = old.map(|(_, h)| h.generation).max(collected).map_or(0, |g| g + 1);
-                if generation > MAX_GENERATION {
-                    return Err(StoreError::InvariantViolation(format!(
-                        "dispatch {} was collected {MAX_GENERATION} times",
-                        id.message_id
-                    )));
-                }
-                let lanes = lane_chunks_blob(&manifest.chunk_counts());
-                self.session()
-                    .execute_unpaged(
-                        &self.st().dispatch_insert,
-                        (
-                            shard,
-                            mid,
-                            &bytes,
-                            off,
-                            u64_to_i64("mailbox seq", seq.as_u64())?,
-                            &lanes,
-                            generation,
-                            DISPATCH_TTL_SECS,
-                            first_wins_timestamp(generation, off),
-                        ),
-                    )
-                    .await
-                    .map_err(db("writing a dispatch receipt"))?;
-                let (stored, head) = self.dispatch_row(&id).await?.ok_or_else(|| StoreError::Unavailable {
-                    message: format!("dispatch {} was not readable right after its write", id.message_id),
-                    source: None,
-                })?;
-                if stored != bytes {
-                    return Err(StoreError::DispatchConflict(format!(
-                        "dispatch {}/{} was first observed with a different manifest",
-                        id.message_id, id.shard.0
-                    )));
-                }
-                head
+                let known = old.map(|(_, h)| h.generation).max(collected).map_or(0, |g| g + 1);
+                let generation = known.max(calendar_generation(now));
+                (self.start_generation(manifest, &bytes, off, seq, generation).await?, true)
             }
         };
         let ttl = DISPATCH_TTL_SECS;
@@ -237,12 +206,73 @@ impl ScyllaMailboxStore {
         );
         source.map_err(db("recording a dispatch source"))?;
         index.map_err(db("indexing a source bucket"))?;
+        if started {
+            // A replay of an old offset may start a generation where GC already read (gc.rs).
+            self.register_if_below_gc(id.shard, observed_offset, mid, head.generation).await?;
+        }
         Ok(DispatchReceipt {
             id,
             seq: head.seq,
             canonical_offset: head.canonical,
             observed_offset,
             duplicate: observed_offset != head.canonical,
+        })
+    }
+
+    /// Writes the first receipt of a new generation (at least `generation`) observed at `off`,
+    /// and returns the receipt that won: the write timestamp grows with the generation and falls
+    /// with the offset, so the lowest offset of the newest generation wins however concurrent
+    /// first observations interleave. A write that reads back nothing lost to the tombstone of an
+    /// expired receipt and is repeated one generation higher (see the module docs).
+    async fn start_generation(
+        &self,
+        manifest: &DispatchManifest,
+        bytes: &[u8],
+        off: i64,
+        seq: MailboxSeq,
+        mut generation: i32,
+    ) -> StoreResult<Head> {
+        let id = manifest.id;
+        let lanes = lane_chunks_blob(&manifest.chunk_counts());
+        for _ in 0..SHADOWED_RETRIES {
+            if generation > MAX_GENERATION {
+                return Err(StoreError::InvariantViolation(format!(
+                    "dispatch {} would need generation {generation}, above {MAX_GENERATION}",
+                    id.message_id
+                )));
+            }
+            self.session()
+                .execute_unpaged(
+                    &self.st().dispatch_insert,
+                    (
+                        shard_i(id.shard),
+                        &id.message_id.0[..],
+                        bytes,
+                        off,
+                        u64_to_i64("mailbox seq", seq.as_u64())?,
+                        &lanes,
+                        generation,
+                        DISPATCH_TTL_SECS,
+                        first_wins_timestamp(generation, off),
+                    ),
+                )
+                .await
+                .map_err(db("writing a dispatch receipt"))?;
+            let Some((stored, head)) = self.dispatch_row(&id).await? else {
+                generation += 1;
+                continue;
+            };
+            if stored != bytes {
+                return Err(StoreError::DispatchConflict(format!(
+                    "dispatch {}/{} was first observed with a different manifest",
+                    id.message_id, id.shard.0
+                )));
+            }
+            return Ok(head);
+        }
+        Err(StoreError::Unavailable {
+            message: format!("dispatch {}: {SHADOWED_RETRIES} receipt writes in a row read back absent", id.message_id),
+            source: None,
         })
     }
 

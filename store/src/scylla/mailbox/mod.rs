@@ -58,9 +58,18 @@
 //! - `mailbox_dispatch_collected → generation`: the GC marker, written with the generation's
 //!   [`highest_wins_timestamp`]. Every generation up to it is forgotten: progress is `None`,
 //!   chunks are `NotFound`, its sources no longer count. Observing the dispatch again starts
-//!   the next generation, whose receipt timestamps beat the older ones, and whose observations
+//!   a newer generation, whose receipt timestamps beat the older ones, and whose observations
 //!   and chunks are separate rows: the store answers as if the old rows were gone (as the memory
 //!   reference does), while they wait for their TTL (no deletes).
+//!
+//! A generation is started (no live receipt: never observed, collected, or expired) at
+//! `max(stored + 1, collected + 1, `[`calendar_generation`]`(now))`. The stored and collected
+//! terms order it after every generation still readable; the calendar term after every one
+//! whose rows already expired: an expired cell, and the tombstone compaction turns it into, keeps
+//! its write timestamp and would otherwise shadow a replay's identical write (same offset, same
+//! timestamp) until `gc_grace_seconds` passed and compaction ran. The receipt is read back after
+//! its write; one that reads back absent lost to such a tombstone anyway and is written again one
+//! generation higher.
 //!
 //! Per shard:
 //! - `mailbox_dispatch_source ((shard, bucket), observed_offset) → (message_id, generation)` with
@@ -71,6 +80,9 @@
 //!   highest offset wins, so a zombie worker's stale advance can never move it back.
 //!   `advance_watermark` first checks every source in `(current, through]` has its lane's chunks
 //!   all complete (else `Conflict` naming the first incomplete offset), then writes.
+//! - `mailbox_gc_cursor ((shard)) → (claimed, through)` and `mailbox_gc_pending ((shard),
+//!   observed_offset) → (message_id, generation)`: where GC reads the shard log from, so a call
+//!   reads only sources it has not passed yet (see [`gc`]).
 //!
 //! Time always comes from the injected [`Clock`]; CQL TTLs run on the server's clock, so every
 //! TTL carries slack and every read filters on the injected clock.
@@ -103,16 +115,23 @@
 //!   ledger item stands in for it; so a day written again *after* the user's last registration
 //!   (a late replay into an old day) and then left alone past the slack yields a boundary below
 //!   that late seq. Within the slack a missing proof is `CorruptEntry` (fail closed).
-//! - `gc_completed_dispatches` scans the shard's sources from its first live bucket (at most
-//!   100 000 per call); sources and dispatch rows expire [`DISPATCH_TTL_SECS`] after they were
-//!   written, so a duplicate observed almost that long after its first observation can outlive
-//!   its receipt row (`CorruptEntry` if a watermark still has to pass it).
+//! - `gc_completed_dispatches` reads the shard log from its cursor up to the lowest watermark (at
+//!   most 100 000 sources per call), and again from the first dispatch it could not collect yet:
+//!   a dispatch observed again and again keeps the sources after it in every call's reading.
+//! - Sources and dispatch rows expire [`DISPATCH_TTL_SECS`] after they were written, so a
+//!   duplicate observed almost that long after its first observation can outlive its receipt row
+//!   (`CorruptEntry` if a watermark still has to pass it).
 //! - GC is not atomic with `begin_dispatch`: a duplicate observed while GC marks its dispatch's
 //!   generation collected is forgotten with it, so `advance_watermark` to that offset is
 //!   `InvalidInput` until the observation is repeated (which starts the next generation). GC's
 //!   `seen_before` cut-off makes this need a duplicate of a long-quiet dispatch.
 //! - Watermarks are keyed by `(shard, lane)` as the trait is: a shard log restarting its offsets
 //!   (a new epoch) can not move them below their old high point.
+//! - A dispatch collected and observed again more often than once a day for two weeks can have
+//!   generations ahead of the calendar; if all its rows then expire and it is replayed, the
+//!   receipt still lands (read back, written again one generation higher), but a GC marker of a
+//!   generation at or below the expired one's may be shadowed too: that generation is then left
+//!   to its TTL instead of being forgotten at once.
 //! - Every client write timestamp lies at or before 1970, so a row deleted with a server
 //!   timestamp (an operator's `DELETE`, a user erasure) shadows every later write of these
 //!   tables for good: such deletes are final by design; never "reset" state by deleting it.
@@ -120,6 +139,7 @@
 //!   offset names one record, so only a bug can race it).
 
 mod dispatch;
+mod gc;
 mod schema;
 mod statements;
 mod user;
@@ -163,8 +183,28 @@ pub const fn highest_wins_timestamp(value: i64) -> i64 {
     value + i64::MIN + 1
 }
 
-/// Most generations one dispatch id can go through (collected, then observed again).
+/// The highest generation (see [`first_wins_timestamp`]); [`calendar_generation`] reaches it in
+/// 2068.
 pub const MAX_GENERATION: i32 = (1 << 14) - 1;
+
+/// Day 0 of [`calendar_generation`]: 2024-01-01T00:00:00Z.
+pub const GENERATION_EPOCH_MILLIS: i64 = 1_704_067_200_000;
+
+/// The lowest generation a dispatch may start at `now_millis`: whole days since
+/// [`GENERATION_EPOCH_MILLIS`] (0 before it), at most [`MAX_GENERATION`]. Rows of a dispatch
+/// expire [`DISPATCH_TTL_SECS`] after their write, and until compaction purges them their
+/// tombstones keep the write timestamps of their generation; a generation started after they
+/// expired is at least 14 days later on the calendar, so its writes win over them.
+pub const fn calendar_generation(now_millis: i64) -> i32 {
+    let days = (now_millis - GENERATION_EPOCH_MILLIS).div_euclid(crate::ids::MILLIS_PER_DAY);
+    if days < 0 {
+        0
+    } else if days > MAX_GENERATION as i64 {
+        MAX_GENERATION
+    } else {
+        days as i32
+    }
+}
 
 /// The write timestamp of the first-receipt row of `generation` (`0..=MAX_GENERATION`) observed
 /// at `offset` (`0..2^47`): `generation * 2^48 - 2^62 - offset`. A newer generation beats every
@@ -189,6 +229,8 @@ struct Inner {
     retention: MailboxRetention,
     clock: Arc<dyn Clock>,
     lwts: AtomicU64,
+    /// Shard-log (source) rows read by watermark advances and GC.
+    source_rows: AtomicU64,
     /// Manifests `append_chunk` already checked against the stored first receipt (byte-exact),
     /// so the chunks of one dispatch do not each re-read a manifest of up to 1.6 MB.
     verified: std::sync::Mutex<HashMap<DispatchId, Verified>>,
@@ -247,10 +289,17 @@ impl ScyllaMailboxStore {
                 retention,
                 clock,
                 lwts: AtomicU64::new(0),
+                source_rows: AtomicU64::new(0),
                 verified: std::sync::Mutex::default(),
                 listed: user::ListedDays::default(),
             }),
         })
+    }
+
+    /// How many shard-log rows (`mailbox_dispatch_source`) this store (and its clones) read so
+    /// far, in watermark advances and GC: the work both do is proportional to it.
+    pub fn source_rows_read(&self) -> u64 {
+        self.inner.source_rows.load(Ordering::Relaxed)
     }
 
     /// How many LWTs this store (and its clones) issued so far.
@@ -423,5 +472,19 @@ mod tests {
         assert!(highest_wins_timestamp(15) > highest_wins_timestamp(10), "the higher value wins");
         assert_eq!(highest_wins_timestamp(0), i64::MIN + 1, "never the reserved i64::MIN");
         assert_eq!(highest_wins_timestamp(i64::MAX), 0, "never in the future");
+    }
+
+    #[test]
+    fn calendar_generations_count_days_and_stay_in_range() {
+        let day = crate::ids::MILLIS_PER_DAY;
+        assert_eq!(calendar_generation(0), 0, "before the epoch");
+        assert_eq!(calendar_generation(GENERATION_EPOCH_MILLIS + day - 1), 0);
+        assert_eq!(calendar_generation(GENERATION_EPOCH_MILLIS + 14 * day), 14);
+        assert_eq!(calendar_generation(i64::MAX / 2), MAX_GENERATION);
+        let now = 1_790_000_000_000;
+        assert!(
+            calendar_generation(now + 14 * day) - calendar_generation(now) == 14,
+            "expiry is two weeks of generations"
+        );
     }
 }

@@ -65,6 +65,15 @@ pub const MAILBOX_TABLES: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_lane_watermark (\
         shard int, lane int, through bigint, \
         PRIMARY KEY ((shard), lane))",
+    // Where GC reads the shard log: `claimed` (written before a pass reads) and `through` (every
+    // source at or below it was examined); each cell's offset is its write timestamp.
+    "CREATE TABLE IF NOT EXISTS {ks}.mailbox_gc_cursor (\
+        shard int, claimed bigint, through bigint, \
+        PRIMARY KEY ((shard)))",
+    // Generations started at or below GC's claim (replays of old offsets): GC reads these too.
+    "CREATE TABLE IF NOT EXISTS {ks}.mailbox_gc_pending (\
+        shard int, observed_offset bigint, message_id blob, generation int, \
+        PRIMARY KEY ((shard), observed_offset))",
 ];
 
 /// The table names [`MAILBOX_TABLES`] creates, in order.

@@ -40,6 +40,11 @@ pub(super) struct Statements {
     pub(super) wm_select_lane: PreparedStatement,
     pub(super) wm_select_all: PreparedStatement,
     pub(super) wm_update: PreparedStatement,
+    pub(super) gc_cursor_select: PreparedStatement,
+    pub(super) gc_claim: PreparedStatement,
+    pub(super) gc_through: PreparedStatement,
+    pub(super) pending_insert: PreparedStatement,
+    pub(super) pending_select: PreparedStatement,
 }
 
 async fn prepare(session: &Session, ks: &str, cql: &str, lwt: bool) -> Result<PreparedStatement, StoreError> {
@@ -158,6 +163,15 @@ impl Statements {
             wm_select_all: p("SELECT lane, through FROM {ks}.mailbox_lane_watermark WHERE shard = ?").await?,
             wm_update: p("UPDATE {ks}.mailbox_lane_watermark USING TIMESTAMP ? SET through = ? \
                 WHERE shard = ? AND lane = ?")
+            .await?,
+            gc_cursor_select: p("SELECT claimed, through FROM {ks}.mailbox_gc_cursor WHERE shard = ?").await?,
+            gc_claim: p("UPDATE {ks}.mailbox_gc_cursor USING TIMESTAMP ? SET claimed = ? WHERE shard = ?").await?,
+            gc_through: p("UPDATE {ks}.mailbox_gc_cursor USING TIMESTAMP ? SET through = ? WHERE shard = ?").await?,
+            pending_insert: p("INSERT INTO {ks}.mailbox_gc_pending (shard, observed_offset, message_id, generation) \
+                VALUES (?, ?, ?, ?) USING TTL ?")
+            .await?,
+            pending_select: p("SELECT observed_offset, message_id, generation FROM {ks}.mailbox_gc_pending \
+                WHERE shard = ? LIMIT ?")
             .await?,
         })
     }

@@ -1,16 +1,18 @@
-//! Lane watermarks and the collection of finished dispatches, without LWT: a watermark cell is
-//! written with its offset as the write timestamp, so the highest offset wins and a stale writer
-//! can never move it back; it advances only over sources whose lane work is complete. GC marks
-//! a dispatch generation collected once every lane passed its highest observation.
+//! Lane watermarks, without LWT: a watermark cell is written with its offset as the write
+//! timestamp, so the highest offset wins and a stale writer can never move it back; it advances
+//! only over sources whose lane work is complete, reading the shard log from the lane's own
+//! watermark (a lane's very first advance reads the live log from its start: no fact bounds
+//! which sources a lane without a watermark still has to check, and GC can not have collected
+//! any before every lane had one). Collection is in [`super::gc`].
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
-use super::{db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS};
+use super::{db, first, highest_wins_timestamp, rows, ScyllaMailboxStore};
 use crate::codec::{i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
-use crate::mailbox::{DispatchId, LaneId, LaneWatermark, ShardId, LANES};
+use crate::mailbox::{DispatchId, LaneId, LaneWatermark, ShardId};
 
-use super::dispatch::{bucket_of, shard_i, GC_SCAN_CAP, SOURCE_PAGE};
+use super::dispatch::{bucket_of, shard_i, SOURCE_PAGE};
 
 impl ScyllaMailboxStore {
     pub(super) async fn watermark(&self, shard: ShardId, lane: LaneId) -> StoreResult<LaneWatermark> {
@@ -28,7 +30,7 @@ impl ScyllaMailboxStore {
 
     /// Every source `(offset, dispatch message id, generation)` of `shard` with
     /// `after < offset <= through` (`after = None`: from the start), ascending, at most `cap`.
-    async fn sources(
+    pub(super) async fn sources(
         &self,
         shard: ShardId,
         after: Option<u64>,
@@ -60,6 +62,7 @@ impl ScyllaMailboxStore {
                     .map_err(db("reading dispatch sources"))?;
                 let page = rows::<(i64, Option<Vec<u8>>, Option<i32>)>(result, "dispatch source")?;
                 let n = page.len();
+                self.inner.source_rows.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
                 for (offset, mid, generation) in page {
                     lower = offset;
                     let (Some(mid), Some(generation)) = (mid, generation) else {
@@ -145,57 +148,5 @@ impl ScyllaMailboxStore {
             .await
             .map_err(db("advancing a lane watermark"))?;
         Ok(LaneWatermark { shard, lane, through: Some(through) })
-    }
-
-    pub(super) async fn gc(&self, shard: ShardId, seen_before_millis: i64, limit: usize) -> StoreResult<usize> {
-        if limit == 0 {
-            return Ok(0);
-        }
-        let result = self
-            .session()
-            .execute_unpaged(&self.st().wm_select_all, (shard_i(shard),))
-            .await
-            .map_err(db("reading lane watermarks"))?;
-        let mut floor: Option<u64> = None;
-        let mut lanes = 0usize;
-        for (lane, through) in rows::<(i32, Option<i64>)>(result, "lane watermark")? {
-            let Some(through) = through else { continue };
-            if !(0..i32::from(LANES)).contains(&lane) {
-                continue;
-            }
-            let through = i64_to_u64("watermark", through)?;
-            floor = Some(floor.map_or(through, |f| f.min(through)));
-            lanes += 1;
-        }
-        let Some(floor) = floor.filter(|_| lanes == LANES as usize) else {
-            return Ok(0);
-        };
-        let mut seen = BTreeSet::new();
-        let mut collected = 0usize;
-        for (_, mid, _) in self.sources(shard, None, floor, GC_SCAN_CAP).await? {
-            if !seen.insert(mid.clone()) {
-                continue;
-            }
-            let id = Self::dispatch_id(shard, &mid)?;
-            let Some(head) = self.live_head(&id).await? else { continue };
-            let (max_obs, last_seen) = self.observations(&id, head.generation).await?;
-            let max_observed = max_obs.map_or(head.canonical, |m| m.max(head.canonical));
-            if max_observed > floor || last_seen.is_none_or(|s| s >= seen_before_millis) {
-                continue;
-            }
-            let g = head.generation;
-            self.session()
-                .execute_unpaged(
-                    &self.st().collected_insert,
-                    (shard_i(shard), &mid, g, DISPATCH_TTL_SECS, highest_wins_timestamp(i64::from(g))),
-                )
-                .await
-                .map_err(db("writing a dispatch GC marker"))?;
-            collected += 1;
-            if collected >= limit {
-                break;
-            }
-        }
-        Ok(collected)
     }
 }

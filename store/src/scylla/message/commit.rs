@@ -11,6 +11,8 @@
 //!   `IF request_blob = <what it read> AND commit_blob = <what it read>` (both conditions, so a
 //!   lost race returns both columns of the winner).
 
+use super::buckets::bound_of;
+use super::entries::RESERVE_DEADLINE_MILLIS;
 use super::ScyllaMessageStore;
 use crate::codec::{decode_commit, encode_commit, encode_intent, encode_request};
 use crate::error::{StoreError, StoreResult};
@@ -21,7 +23,6 @@ use crate::retention::ttl_until;
 use crate::rules::{check_request, expect_message, expect_state, not_found};
 pub(super) use crate::rules::{conflict, describe};
 use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
-use crate::scylla::schema::hour_bucket;
 
 /// The `state` column's value of each state (the LWT conditions compare it).
 pub(super) const fn state_code(state: CommitState) -> i32 {
@@ -104,8 +105,17 @@ impl ScyllaMessageStore {
             Found::Absent => None,
         };
         let created_at = self.now();
-        self.write_recovery_entry(key, created_at).await?;
-        let seq = self.allocate_seq(key.tenant, request.conversation).await?;
+        // The recovery entry comes first: a crash after the LWT below leaves it for the scan.
+        self.put_entry(created_at.0, key, false).await?;
+        let expires_at = self.inner.policy.expires_at(request.retention, created_at);
+        let seq = self.allocate_seq(key.tenant, request.conversation, bound_of(expires_at)).await?;
+        if self.now().0.saturating_sub(created_at.0) > RESERVE_DEADLINE_MILLIS {
+            // Past the deadline the recovery scan may already have fenced this entry (entries.rs).
+            return Err(StoreError::Unavailable {
+                message: format!("reserving {}: no LWT within {RESERVE_DEADLINE_MILLIS} ms", describe(key)),
+                source: None,
+            });
+        }
         let intent =
             CommitIntent { request: request.clone(), seq, message_id: proposed_id, created_at, publication: None };
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
@@ -137,18 +147,6 @@ impl ScyllaMessageStore {
             Found::Live { .. } => Err(conflict(key, "the same key was reserved for different content")),
             Found::Absent | Found::Gone { .. } => Err(conflict(key, "a concurrent reserve of this key interfered")),
         }
-    }
-
-    /// Writes the recovery index entry of a reservation attempt (before the reserve LWT).
-    async fn write_recovery_entry(&self, key: &CommitKey, created_at: UnixMillis) -> StoreResult<()> {
-        let (t, s, c) = key_values(key);
-        let values = (hour_bucket(created_at.0), created_at.0, t, s, c, AUX_TTL_SECS);
-        self.inner
-            .session
-            .execute_unpaged(&self.inner.st.insert_recovery, values)
-            .await
-            .map_err(|e| unavailable(format!("writing the recovery entry of {}", describe(key)), e))?;
-        Ok(())
     }
 
     /// Moves `key` from `from` to `next.state`, storing `next`; `Conflict` when the state moved
@@ -186,6 +184,9 @@ impl ScyllaMessageStore {
         }
         if next.state == CommitState::Committed {
             self.expire_commit_row(key, &next, &blob).await?;
+            // Finished: its recovery entry may now expire (if this write fails, the scan retires
+            // it when it passes).
+            self.put_entry(next.intent.created_at.0, key, true).await?;
         }
         Ok(next)
     }

@@ -1,22 +1,28 @@
 //! History: record + index writes, pages, summaries and the expiry count.
 //!
-//! `put_record` writes the canonical record (`message_record`), its index entry
-//! (`history_index`, carrying `expires_at`) and, for expiring classes, an expiry entry
-//! (`history_expiry`), all as same-value upserts with the record's remaining TTL, then moves the
-//! commit RESERVED → RECORDED by LWT. A retry rewrites identical rows; an expired record is
-//! rewritten with a 1 s TTL, never resurrected.
+//! `put_record` raises its bucket's expiry bound (`buckets.rs`), then writes the canonical record
+//! (`message_record`), its index entry (`history_index`, carrying `expires_at`) and, for expiring
+//! classes, an expiry entry (`history_expiry`), all as same-value upserts with the record's
+//! remaining TTL, then moves the commit RESERVED → RECORDED by LWT. A retry rewrites identical
+//! rows; an expired record is rewritten with a 1 s TTL, never resurrected. A reservation recorded
+//! late (see [`LATE_RECORD_MILLIS`]) whose record is live also brings the floor down to its bucket.
 //!
-//! Reads walk the index in the page's direction, a chunk at a time, and fetch only the records
-//! the answer needs, by seq range per `seq_bucket` partition. An index entry whose `expires_at` passed by
-//! the injected clock is skipped without reading its record (the server may already have dropped
-//! the record); every other entry must have a record that decodes, sits at the index position
-//! and agrees on `expires_at`, or the read fails with `CorruptEntry`.
+//! Reads start at the conversation's floor and walk the bucket directory in the page's direction;
+//! inside each bucket whose bound is still ahead they walk the index a chunk at a time (one
+//! bucket per query, so a query meets at most one bucket of expired entries), and fetch only the
+//! records the answer needs, by seq range per `seq_bucket` partition. Buckets whose bound passed
+//! are skipped unread. An index entry whose `expires_at` passed by the injected clock is skipped
+//! without reading its record (the server may already have dropped the record); every other
+//! entry must have a record that decodes, sits at the index position and agrees on
+//! `expires_at`, or the read fails with `CorruptEntry`. Each page's `earliest_available` walk
+//! also moves the floor over the buckets it found expired.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use scylla::value::MaybeUnset;
 
+use super::buckets::{bound_of, seq_bucket, Floor, DIRECTORY_CHUNK, LATE_RECORD_MILLIS};
 use super::commit::{ttl_secs, MAX_TTL_SECS};
 use super::ScyllaMessageStore;
 use crate::codec::{decode_record, encode_record, i64_to_u64, u64_to_i64};
@@ -49,6 +55,17 @@ impl Walk {
     fn all(direction: Direction) -> Self {
         Self { direction, after: 0, before: i64::MAX }
     }
+
+    /// This walk confined to the seqs of `bucket`.
+    fn within(self, bucket: i64) -> Self {
+        let size = SEQ_BUCKET_SIZE as i64;
+        let start = bucket.saturating_mul(size);
+        Self {
+            direction: self.direction,
+            after: self.after.max(start - 1),
+            before: self.before.min(start.saturating_add(size)),
+        }
+    }
 }
 
 impl ScyllaMessageStore {
@@ -61,11 +78,17 @@ impl ScyllaMessageStore {
         let ttl = expires_at.map_or(0, |at| ttl_secs(at, now));
         let record = encode_record(&intent.record(expires_at));
         let seq = u64_to_i64("conversation seq", intent.seq.0)?;
-        let bucket = u64_to_i64("seq bucket", intent.seq.0 / SEQ_BUCKET_SIZE)?;
-        let (t, c) = (&key.tenant.0[..], &intent.request.conversation.0[..]);
+        let bucket = seq_bucket(seq);
+        let (tenant, conversation) = (key.tenant, intent.request.conversation);
+        self.cover_bucket(tenant, conversation, seq_bucket(seq), bound_of(expires_at)).await?;
+        let late = now.0.saturating_sub(intent.created_at.0) >= LATE_RECORD_MILLIS;
+        if late && expires_at.is_none_or(|at| at > now) {
+            self.lower_floor(tenant, conversation, seq_bucket(seq)).await?;
+        }
+        let (t, c) = (&tenant.0[..], &conversation.0[..]);
         let st = &self.inner.st;
         let session = &self.inner.session;
-        let what = format!("writing record {seq} of {}", intent.request.conversation);
+        let what = format!("writing record {seq} of {conversation}");
         session
             .execute_unpaged(&st.insert_record, (t, c, bucket, seq, &record, ttl))
             .await
@@ -87,16 +110,56 @@ impl ScyllaMessageStore {
         self.advance(key, CommitState::Reserved, next).await
     }
 
-    /// Up to `want` live records of a conversation along `walk`, in walking order.
+    /// Up to `want` live records of a conversation along `walk`, in walking order, never looking
+    /// below bucket `floor`; and the first bucket with a live bound the walk met (`i64::MAX`: none,
+    /// the directory ended), which bounds how far the floor may move.
     async fn live_records(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        walk: Walk,
+        want: usize,
+        now: UnixMillis,
+        floor: i64,
+    ) -> StoreResult<(Vec<MessageRecord>, i64)> {
+        let mut out = Vec::new();
+        let mut first_live = None;
+        let mut lo = floor.max(seq_bucket(walk.after.saturating_add(1)));
+        let mut hi = seq_bucket(walk.before.saturating_sub(1));
+        while out.len() < want && lo <= hi {
+            let rows = self.directory(tenant, conversation, (lo, hi), walk.direction, DIRECTORY_CHUNK).await?;
+            let exhausted = rows.len() < DIRECTORY_CHUNK;
+            for (bucket, bound) in rows {
+                match walk.direction {
+                    Direction::Newer => lo = bucket + 1,
+                    Direction::Older => hi = bucket - 1,
+                }
+                if bound <= now.0 {
+                    continue;
+                }
+                first_live.get_or_insert(bucket);
+                self.walk_bucket(tenant, conversation, walk.within(bucket), want, now, &mut out).await?;
+                if out.len() >= want {
+                    break;
+                }
+            }
+            if exhausted {
+                break;
+            }
+        }
+        Ok((out, first_live.unwrap_or(i64::MAX)))
+    }
+
+    /// Adds live records of one bucket along `walk` to `out` until it holds `want`.
+    async fn walk_bucket(
         &self,
         tenant: TenantId,
         conversation: ConversationId,
         mut walk: Walk,
         want: usize,
         now: UnixMillis,
-    ) -> StoreResult<Vec<MessageRecord>> {
-        let mut out = Vec::new();
+        out: &mut Vec<MessageRecord>,
+    ) -> StoreResult<()> {
         let what = format!("reading the history index of {conversation}");
         let (t, c) = (&tenant.0[..], &conversation.0[..]);
         let stmt = match walk.direction {
@@ -149,7 +212,7 @@ impl ScyllaMessageStore {
                 break;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The record blobs of `seqs`, by seq (one range read per `seq_bucket` partition).
@@ -161,7 +224,7 @@ impl ScyllaMessageStore {
     ) -> StoreResult<HashMap<i64, Vec<u8>>> {
         let mut ranges: HashMap<i64, (i64, i64)> = HashMap::new();
         for seq in seqs {
-            let bucket = seq / SEQ_BUCKET_SIZE as i64;
+            let bucket = seq_bucket(seq);
             let range = ranges.entry(bucket).or_insert((seq, seq));
             *range = (range.0.min(seq), range.1.max(seq));
         }
@@ -200,12 +263,15 @@ impl ScyllaMessageStore {
         let anchor = query.anchor.map(|a| u64_to_i64("history anchor", a.0)).transpose()?;
         let now = self.now();
         let (t, conv) = (query.tenant, query.conversation);
-        let earliest = self.live_records(t, conv, Walk::all(Direction::Newer), 1, now).await?;
+        let floor = self.read_floor(t, conv).await?;
+        let (earliest, first_live) =
+            self.live_records(t, conv, Walk::all(Direction::Newer), 1, now, floor.bucket).await?;
+        self.raise_floor(t, conv, floor, first_live, now).await?;
         let walk = match (query.direction, anchor) {
             (Direction::Older, a) => Walk { direction: Direction::Older, after: 0, before: a.unwrap_or(i64::MAX) },
             (Direction::Newer, a) => Walk { direction: Direction::Newer, after: a.unwrap_or(0), before: i64::MAX },
         };
-        let candidates = self.live_records(t, conv, walk, query.max_items + 1, now).await?;
+        let (candidates, _) = self.live_records(t, conv, walk, query.max_items + 1, now, floor.bucket).await?;
         let mut records = Vec::new();
         let mut bytes = 0usize;
         let mut has_more = false;
@@ -233,12 +299,14 @@ impl ScyllaMessageStore {
         let mut out = Vec::with_capacity(positions.len());
         for p in positions {
             let read = u64_to_i64("read position", p.read_through.0)?;
+            let floor: Floor = self.read_floor(tenant, p.conversation).await?;
             let after = Walk { direction: Direction::Older, after: read, before: i64::MAX };
-            let newer = self.live_records(tenant, p.conversation, after, window, now).await?;
+            let (newer, _) = self.live_records(tenant, p.conversation, after, window, now, floor.bucket).await?;
             let last_seq = match newer.first() {
                 Some(r) => Some(r.seq),
                 None => {
-                    let head = self.live_records(tenant, p.conversation, Walk::all(Direction::Older), 1, now).await?;
+                    let older = Walk::all(Direction::Older);
+                    let (head, _) = self.live_records(tenant, p.conversation, older, 1, now, floor.bucket).await?;
                     head.first().map(|r| r.seq)
                 }
             };

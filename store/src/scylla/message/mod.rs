@@ -16,29 +16,42 @@
 //!   with an unknown outcome or a lost reserve race leaves a hole, never a reuse. Reserves of one
 //!   conversation queue on a per-process lock (which also caches `last_seq`), so one writer does
 //!   not contend with itself in Paxos.
-//! - **Crash between reserve and recovery is covered**: the recovery index entry is written
-//!   *before* the reserve LWT; the scan re-reads each commit and skips orphans (no commit, or a
-//!   commit with another `created_at`) and finished ones.
+//! - **Crash between reserve and recovery is covered, however long the commit stays stuck**: the
+//!   recovery entry is written *before* the reserve LWT, without TTL, and gets its TTL only once
+//!   its commit finished; the scan resolves each entry against its commit, moves a durable cursor
+//!   over finished entries, fences entries whose reserve never showed up, and moves entries that
+//!   stay unfinished up so they never hold the cursor back for long (see `recovery.rs`,
+//!   `entries.rs`).
 //! - **Expiry**: records and index entries carry the same per-row TTL, computed from the
 //!   injected clock at write time (`RetentionPolicy::remaining_ttl`; none for classes that never
 //!   expire). Reads also compare `expires_at` with the injected clock, so a record is never
 //!   returned past its expiry even before the server drops it. Commit facts get the 2 h
 //!   auxiliary TTL at COMMITTED and are treated as gone by the clock after it. There is no
 //!   `DELETE`: the `gc_*` methods count what expired since their last pass.
+//! - **Reads never walk an expired prefix**: a per-bucket expiry bound (`history_bucket`, written
+//!   before the CAS that issues a seq of the bucket) lets reads skip buckets whose records all
+//!   expired, and a per-conversation floor (`history_floor`) moves over buckets that are fully
+//!   issued and expired, so no read meets more than one bucket of expired index entries per
+//!   query (see `buckets.rs`).
 
+mod archive;
+mod aux_count;
+mod buckets;
 mod commit;
+mod entries;
 mod history;
 mod recovery;
 mod seq;
 mod statements;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use scylla::client::session::Session;
 
+pub use self::archive::{archive_check, ArchiveRefusal};
 use self::statements::Statements;
 use super::config::ScyllaConfig;
 use super::cql::open_session;
@@ -66,10 +79,14 @@ struct Inner {
     policy: RetentionPolicy,
     clock: Arc<dyn Clock>,
     seq_slots: Mutex<HashMap<(TenantId, ConversationId), SeqSlot>>,
+    /// Bucket bounds this process wrote: `(tenant, conversation, bucket) → bound`.
+    bounds: Mutex<HashMap<(TenantId, ConversationId, i64), i64>>,
     /// `gc_committed_auxiliary` has counted commits whose auxiliary TTL ended up to here.
     aux_counted_through: AtomicI64,
     /// `gc_expired_history` has counted records that expired up to here.
     history_counted_through: AtomicI64,
+    /// Recovery entries one scan pass resolves at most.
+    recovery_budget: AtomicUsize,
 }
 
 /// `MessageStore` on Scylla/Cassandra (see the module docs). Cheap to clone.
@@ -113,8 +130,10 @@ impl ScyllaMessageStore {
                 policy,
                 clock,
                 seq_slots: Mutex::default(),
+                bounds: Mutex::default(),
                 aux_counted_through: AtomicI64::new(now),
                 history_counted_through: AtomicI64::new(now),
+                recovery_budget: AtomicUsize::new(recovery::MAX_ENTRIES_PER_PASS),
             }),
         })
     }

@@ -6,12 +6,16 @@
 //! failed condition returns the current value, which the next attempt uses. Nothing is leased in
 //! advance, so a crash or an unknown outcome costs at most a hole, never a reuse.
 //!
+//! Before each attempt, the bucket of the seq it would issue gets the reservation's expiry bound
+//! (`buckets.rs`), so a bucket is never fully issued before every bound of it is written.
+//!
 //! Within one process, reserves of one conversation queue on a lock that also caches the last
 //! value seen, so a busy conversation costs one LWT per seq instead of Paxos contention with
 //! itself; other processes are still ordered by the CAS alone.
 
 use std::sync::Arc;
 
+use super::buckets::seq_bucket;
 use super::{ScyllaMessageStore, SeqSlot, MAX_SEQ_SLOTS};
 use crate::codec::{i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
@@ -30,15 +34,18 @@ impl ScyllaMessageStore {
         Arc::clone(slots.entry((tenant, conversation)).or_default())
     }
 
-    /// Issues the next seq of `(tenant, conversation)`.
+    /// Issues the next seq of `(tenant, conversation)`, after making sure the directory bound of
+    /// the seq's bucket is at least `bound` (see `buckets.rs`: the bound must be visible before the
+    /// CAS that issues the seq).
     pub(super) async fn allocate_seq(
         &self,
         tenant: TenantId,
         conversation: ConversationId,
+        bound: i64,
     ) -> StoreResult<ConversationSeq> {
         let slot = self.seq_slot(tenant, conversation);
         let mut cached = slot.lock().await;
-        let result = self.allocate_locked(tenant, conversation, *cached).await;
+        let result = self.allocate_locked(tenant, conversation, *cached, bound).await;
         // After any failure the outcome of the last CAS is unknown: forget the cached value.
         *cached = result.as_ref().ok().copied();
         let issued = result?;
@@ -50,6 +57,7 @@ impl ScyllaMessageStore {
         tenant: TenantId,
         conversation: ConversationId,
         cached: Option<i64>,
+        bound: i64,
     ) -> StoreResult<i64> {
         let (t, c) = (&tenant.0[..], &conversation.0[..]);
         let what = format!("allocating a seq in {conversation}");
@@ -58,6 +66,7 @@ impl ScyllaMessageStore {
         let mut current = match cached {
             Some(value) => value,
             None => {
+                self.cover_bucket(tenant, conversation, seq_bucket(1), bound).await?;
                 let result = session.execute_unpaged(&st.init_seq, (t, c, 1i64)).await;
                 let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
                 if outcome.applied() {
@@ -68,6 +77,7 @@ impl ScyllaMessageStore {
         };
         for _ in 0..MAX_CAS_ATTEMPTS {
             let next = u64_to_i64("conversation seq", i64_to_u64("last_seq", current)?.saturating_add(1))?;
+            self.cover_bucket(tenant, conversation, seq_bucket(next), bound).await?;
             let result = session.execute_unpaged(&st.cas_seq, (next, t, c, current)).await;
             let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
             if outcome.applied() {

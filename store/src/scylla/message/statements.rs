@@ -2,8 +2,9 @@
 //!
 //! Consistency is set per statement, so it is visible next to the CQL:
 //! - LWTs (`IF NOT EXISTS`, `IF last_seq = ?`, `IF state = ?`, `IF request_blob = ? AND
-//!   commit_blob = ?`): the first
-//!   facts and ordered state transitions; LOCAL_QUORUM plus serial consistency LOCAL_SERIAL.
+//!   commit_blob = ?`, `IF floor_bucket = ? AND pin = ?`): the first facts, ordered state
+//!   transitions, recovery fences and the history floor; LOCAL_QUORUM plus serial consistency
+//!   LOCAL_SERIAL.
 //! - Everything else (same-value upserts, reads, scans): LOCAL_QUORUM, no serial consistency;
 //!   the upserts are marked idempotent, so the driver may retry them.
 //!
@@ -28,6 +29,10 @@ pub(super) struct Statements {
     pub commit_row_ttl: PreparedStatement,
     pub insert_recovery: PreparedStatement,
     pub scan_recovery: PreparedStatement,
+    pub select_recovery_cursor: PreparedStatement,
+    pub advance_recovery_cursor: PreparedStatement,
+    pub fence_absent: PreparedStatement,
+    pub fence_gone: PreparedStatement,
     pub init_seq: PreparedStatement,
     pub cas_seq: PreparedStatement,
     pub insert_record: PreparedStatement,
@@ -37,6 +42,13 @@ pub(super) struct Statements {
     pub index_desc: PreparedStatement,
     pub records_range: PreparedStatement,
     pub scan_expiry: PreparedStatement,
+    pub insert_bucket: PreparedStatement,
+    pub buckets_asc: PreparedStatement,
+    pub buckets_desc: PreparedStatement,
+    pub select_floor: PreparedStatement,
+    pub insert_floor: PreparedStatement,
+    pub cas_floor: PreparedStatement,
+    pub select_last_seq: PreparedStatement,
 }
 
 enum Kind {
@@ -83,6 +95,12 @@ impl Statements {
                 "SELECT conversation_seq, expires_at FROM {ks}.history_index WHERE tenant_id = ? AND \
                  conversation_id = ? AND conversation_seq > ? AND conversation_seq < ? \
                  ORDER BY conversation_seq {order} LIMIT ?"
+            )
+        };
+        let buckets = |order: &str| {
+            format!(
+                "SELECT seq_bucket, max_expires_at FROM {ks}.history_bucket WHERE tenant_id = ? AND \
+                 conversation_id = ? AND seq_bucket >= ? AND seq_bucket <= ? ORDER BY seq_bucket {order} LIMIT ?"
             )
         };
         Ok(Self {
@@ -142,7 +160,40 @@ impl Statements {
                 Upsert,
                 format!(
                     "INSERT INTO {ks}.commit_recovery (hour_bucket, created_at, tenant_id, sender_id, \
-                     client_message_id) VALUES (?, ?, ?, ?, ?) USING TTL ?"
+                     client_message_id) VALUES (?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
+                ),
+            )
+            .await?,
+            select_recovery_cursor: prepare(
+                session,
+                Read,
+                format!("SELECT swept FROM {ks}.commit_recovery_cursor WHERE scope = ?"),
+            )
+            .await?,
+            advance_recovery_cursor: prepare(
+                session,
+                Upsert,
+                format!("UPDATE {ks}.commit_recovery_cursor USING TIMESTAMP ? SET swept = ? WHERE scope = ?"),
+            )
+            .await?,
+            // Fences of a recovery entry whose reservation never showed up: a row its reserve LWT
+            // can no longer apply over, which reads as gone (no commit) and is taken over by the
+            // next reserve of the key.
+            fence_absent: prepare(
+                session,
+                Lwt,
+                format!(
+                    "INSERT INTO {ks}.message_commit (tenant_id, sender_id, client_message_id, request_blob) \
+                     VALUES (?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+                ),
+            )
+            .await?,
+            fence_gone: prepare(
+                session,
+                Lwt,
+                format!(
+                    "UPDATE {ks}.message_commit USING TTL ? SET request_blob = ?, commit_blob = null \
+                     WHERE {COMMIT_KEY} IF request_blob = ? AND commit_blob = ?"
                 ),
             )
             .await?,
@@ -218,6 +269,48 @@ impl Statements {
                     "SELECT expires_at FROM {ks}.history_expiry WHERE hour_bucket = ? AND expires_at > ? \
                      AND expires_at <= ? LIMIT ?"
                 ),
+            )
+            .await?,
+            // The bound is written with a value-derived timestamp, so the highest bound wins.
+            insert_bucket: prepare(
+                session,
+                Upsert,
+                format!(
+                    "INSERT INTO {ks}.history_bucket (tenant_id, conversation_id, seq_bucket, max_expires_at) \
+                     VALUES (?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
+                ),
+            )
+            .await?,
+            buckets_asc: prepare(session, Read, buckets("ASC")).await?,
+            buckets_desc: prepare(session, Read, buckets("DESC")).await?,
+            select_floor: prepare(
+                session,
+                Read,
+                format!("SELECT floor_bucket, pin FROM {ks}.history_floor WHERE tenant_id = ? AND conversation_id = ?"),
+            )
+            .await?,
+            insert_floor: prepare(
+                session,
+                Lwt,
+                format!(
+                    "INSERT INTO {ks}.history_floor (tenant_id, conversation_id, floor_bucket, pin) \
+                     VALUES (?, ?, ?, ?) IF NOT EXISTS"
+                ),
+            )
+            .await?,
+            cas_floor: prepare(
+                session,
+                Lwt,
+                format!(
+                    "UPDATE {ks}.history_floor SET floor_bucket = ?, pin = ? WHERE tenant_id = ? AND \
+                     conversation_id = ? IF floor_bucket = ? AND pin = ?"
+                ),
+            )
+            .await?,
+            select_last_seq: prepare(
+                session,
+                Read,
+                format!("SELECT last_seq FROM {ks}.conversation_sequence WHERE tenant_id = ? AND conversation_id = ?"),
             )
             .await?,
         })

@@ -5,6 +5,8 @@
 //! ```text
 //! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- scylla [--count N] [--concurrency C]
+//! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C]
+//! cargo run --release -p qim-tests --bin qim-bench -- archiver [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- dispatcher [--backend redis|scylla|both] [--members M]
 //! ```
 //!
@@ -14,10 +16,12 @@
 //! members per conversation; default two runs, 5000 and 500),
 //! `--json FILE` to also write the figures.
 
+mod archiver;
 mod dispatcher;
 mod redis;
 mod scylla;
 mod scylla_mailbox;
+mod writer;
 
 use std::time::Duration;
 
@@ -48,7 +52,9 @@ pub struct Args {
 
 impl Args {
     fn parse(mut words: impl Iterator<Item = String>) -> anyhow::Result<(String, Self)> {
-        let what = words.next().context("usage: qim-bench redis|scylla|dispatcher [options] (see the module docs)")?;
+        let what = words
+            .next()
+            .context("usage: qim-bench redis|scylla|writer|archiver|dispatcher [options] (see the module docs)")?;
         let mut args = Args {
             count: 20_000,
             concurrency: 64,
@@ -152,8 +158,10 @@ async fn main() -> anyhow::Result<()> {
     let figures = match what.as_str() {
         "redis" => redis::run(&args).await?,
         "scylla" => scylla::run(&args).await?,
+        "writer" => writer::run(&args).await?,
+        "archiver" => archiver::run(&args).await?,
         "dispatcher" => dispatcher::run(&args).await?,
-        other => bail!("unknown benchmark {other:?} (known: redis, scylla, dispatcher)"),
+        other => bail!("unknown benchmark {other:?} (known: redis, scylla, writer, archiver, dispatcher)"),
     };
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_vec_pretty(&figures)?).with_context(|| format!("writing {path}"))?;

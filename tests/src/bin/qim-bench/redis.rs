@@ -1,6 +1,12 @@
 //! `qim-bench redis`: commits/s through `RedisMessageStore` (reserve → put_record →
 //! mark_outbox_published → mark_committed) against raw pipelined `EVALSHA` of a script of the
 //! same shape (the same keys and writes in one call), measured in one run on one server.
+//!
+//! The two paths run in [`ROUNDS`] interleaved rounds (so load from elsewhere on a shared machine
+//! falls on both alike), and besides throughput each path reports what it costs per operation,
+//! which contention hardly changes: CPU of this process, CPU of the Redis server (from `INFO
+//! cpu`, so whatever else that server did meanwhile counts too) and round trips (the store's
+//! own count).
 
 use std::sync::Arc;
 
@@ -12,6 +18,9 @@ use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::MessageStore;
 
 use super::{drive, ms, Args, Measurement};
+
+/// Interleaved rounds per path (`--count` is split among them).
+const ROUNDS: u64 = 3;
 
 /// The raw primitive: the writes of one commit (seq counter, commit blob, record, history
 /// index, expiry index) in one script, as if the state machine were a single call.
@@ -92,6 +101,103 @@ async fn raw_path(conn: redis::aio::ConnectionManager, args: &Args, namespace: &
     .await
 }
 
+/// What one path did over its rounds.
+#[derive(Default)]
+struct Totals {
+    ops: u64,
+    wall: f64,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    client_cpu: f64,
+    redis_cpu: f64,
+    trips: u64,
+}
+
+impl Totals {
+    fn per_second(&self) -> f64 {
+        self.ops as f64 / self.wall
+    }
+
+    /// The median round's p50.
+    fn p50(&self) -> f64 {
+        let mut v = self.p50.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+
+    /// The worst round's p99.
+    fn p99(&self) -> f64 {
+        self.p99.iter().copied().fold(0.0, f64::max)
+    }
+
+    fn micros_per_op(&self, seconds: f64) -> f64 {
+        seconds * 1e6 / self.ops as f64
+    }
+
+    fn add(&mut self, ops: u64, m: &Measurement, cost: Cost) {
+        self.ops += ops;
+        self.wall += ops as f64 / m.per_second;
+        self.p50.push(ms(m.p50));
+        self.p99.push(ms(m.p99));
+        self.client_cpu += cost.client_cpu;
+        self.redis_cpu += cost.redis_cpu;
+        self.trips += cost.trips;
+    }
+
+    fn line(&self, name: &str) -> String {
+        format!(
+            "  {:<34} {:>10.0} {:>10.2} {:>10.2} {:>12.1} {:>12.1} {:>9.2}",
+            name,
+            self.per_second(),
+            self.p50(),
+            self.p99(),
+            self.micros_per_op(self.client_cpu),
+            self.micros_per_op(self.redis_cpu),
+            self.trips as f64 / self.ops as f64
+        )
+    }
+}
+
+/// CPU seconds and round trips spent over one measured stretch.
+struct Cost {
+    client_cpu: f64,
+    redis_cpu: f64,
+    trips: u64,
+}
+
+/// CPU seconds this process has used (user + system, from `/proc/self/stat`; 0 elsewhere).
+fn process_cpu() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the parenthesised command: state is field 3, utime 14, stime 15 (ticks).
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(14) + ticks(15)) / 100.0
+}
+
+/// CPU seconds the Redis server has used (`used_cpu_user` + `used_cpu_sys`).
+async fn redis_cpu(conn: &mut redis::aio::ConnectionManager) -> anyhow::Result<f64> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    Ok(info
+        .lines()
+        .filter_map(|l| l.strip_prefix("used_cpu_user:").or_else(|| l.strip_prefix("used_cpu_sys:")))
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .sum())
+}
+
+/// Runs `path`, measuring what it cost.
+async fn costed<F: std::future::Future<Output = anyhow::Result<Measurement>>>(
+    conn: &mut redis::aio::ConnectionManager,
+    store: &RedisMessageStore,
+    path: F,
+) -> anyhow::Result<(Measurement, Cost)> {
+    let (cpu, server, trips) = (process_cpu(), redis_cpu(conn).await?, store.round_trips());
+    let m = path.await?;
+    let (server_after, trips_after) = (redis_cpu(conn).await?, store.round_trips());
+    let cost = Cost { client_cpu: process_cpu() - cpu, redis_cpu: server_after - server, trips: trips_after - trips };
+    Ok((m, cost))
+}
+
 /// Runs both paths and prints the comparison.
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let namespace = format!("qimbench{}", std::process::id());
@@ -102,42 +208,53 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let tenant = TenantId([9; 16]);
     let warm = Args { count: (args.concurrency as u64) * 20, ..args.clone() };
     store_path(Arc::clone(&store), &warm, tenant, 10_000_000).await?;
-    let conn = qim_store::redis::connect(&config).await?;
+    let mut conn = qim_store::redis::connect(&config).await?;
     raw_path(conn.clone(), &warm, &format!("{namespace}w")).await?;
 
-    let raw = raw_path(conn.clone(), args, &namespace).await?;
-    let through_store = store_path(Arc::clone(&store), args, tenant, 0).await?;
+    let per_round = (args.count / ROUNDS).max(args.concurrency as u64);
+    let round = Args { count: per_round, ..args.clone() };
+    let (mut raw, mut through_store) = (Totals::default(), Totals::default());
+    for r in 0..ROUNDS {
+        let path = raw_path(conn.clone(), &round, &namespace);
+        let (m, mut cost) = costed(&mut conn, &store, path).await?;
+        cost.trips = per_round; // one pipelined EVALSHA per operation, outside the store's count
+        raw.add(per_round, &m, cost);
+        let path = store_path(Arc::clone(&store), &round, tenant, r * per_round);
+        let (m, cost) = costed(&mut conn, &store, path).await?;
+        through_store.add(per_round, &m, cost);
+    }
     cleanup(conn, &namespace).await?;
 
-    let ratio = through_store.per_second / raw.per_second;
+    let ratio = through_store.per_second() / raw.per_second();
+    let cost = |t: &Totals| t.micros_per_op(t.client_cpu + t.redis_cpu);
+    let cost_ratio = cost(&through_store) / cost(&raw);
     println!(
-        "redis commit path: {} commits, concurrency {}, {} conversations, {}-byte payloads",
-        args.count, args.concurrency, args.conversations, args.payload
-    );
-    println!("  {:<34} {:>10} {:>10} {:>10}", "", "per sec", "p50 ms", "p99 ms");
-    println!(
-        "  {:<34} {:>10.0} {:>10.2} {:>10.2}",
-        "raw pipelined EVALSHA (1 script)",
-        raw.per_second,
-        ms(raw.p50),
-        ms(raw.p99)
+        "redis commit path: {} commits, concurrency {}, {} conversations, {}-byte payloads, {ROUNDS} interleaved rounds",
+        per_round * ROUNDS,
+        args.concurrency,
+        args.conversations,
+        args.payload
     );
     println!(
-        "  {:<34} {:>10.0} {:>10.2} {:>10.2}",
-        "store reserve→committed",
-        through_store.per_second,
-        ms(through_store.p50),
-        ms(through_store.p99)
+        "  {:<34} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9}",
+        "", "per sec", "p50 ms", "p99 ms", "client µs/op", "redis µs/op", "trips/op"
     );
+    println!("{}", raw.line("raw pipelined EVALSHA (1 script)"));
+    println!("{}", through_store.line("store reserve→committed"));
     println!("  ratio store/raw: {ratio:.3}");
+    println!("  CPU per op (client + redis) store/raw: {cost_ratio:.2}×");
     Ok(serde_json::json!({
-        "count": args.count, "concurrency": args.concurrency,
-        "raw_per_second": raw.per_second, "store_per_second": through_store.per_second, "ratio": ratio,
-        "store_p50_ms": ms(through_store.p50), "store_p99_ms": ms(through_store.p99),
+        "count": per_round * ROUNDS, "concurrency": args.concurrency, "rounds": ROUNDS,
+        "raw_per_second": raw.per_second(), "store_per_second": through_store.per_second(), "ratio": ratio,
+        "store_p50_ms": through_store.p50(), "store_p99_ms": through_store.p99(),
+        "raw_client_cpu_us": raw.micros_per_op(raw.client_cpu), "raw_redis_cpu_us": raw.micros_per_op(raw.redis_cpu),
+        "store_client_cpu_us": through_store.micros_per_op(through_store.client_cpu),
+        "store_redis_cpu_us": through_store.micros_per_op(through_store.redis_cpu),
+        "store_round_trips_per_commit": through_store.trips as f64 / through_store.ops as f64,
     }))
 }
 
-async fn cleanup(mut conn: redis::aio::ConnectionManager, namespace: &str) -> anyhow::Result<()> {
+pub async fn cleanup(mut conn: redis::aio::ConnectionManager, namespace: &str) -> anyhow::Result<()> {
     let mut cursor: u64 = 0;
     loop {
         let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")

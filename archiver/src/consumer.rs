@@ -1,0 +1,183 @@
+//! The consumer loop of `qim-archiver run`: receive a batch, apply it per partition, store each
+//! partition's offset once its batch is durable, repeat.
+//!
+//! - Batching: up to `QIM_ARCHIVER_BATCH_RECORDS` records, waiting at most
+//!   `QIM_ARCHIVER_BATCH_WAIT_MILLIS` after the first; split per partition, and the partition
+//!   batches are applied concurrently (each conversation lives in one partition, so they never
+//!   touch the same conversation).
+//! - Offsets: stored per partition only after [`Processor::apply_with_retry`] finished every
+//!   step, i.e. after the archive acknowledged every row at LOCAL_QUORUM. In-order processing
+//!   per partition makes "stored offset" mean "everything below is durable".
+//! - Revocation: callbacks run inside `recv()`, so they never interrupt a write; records and
+//!   batches from before a revocation are dropped (never stored), and a batch retrying a
+//!   transient failure gives up once its partition is revoked.
+//! - Long batches (the archive down): after a few seconds the assigned partitions are paused and
+//!   the consumer keeps being polled, so the group does not evict this member
+//!   (`max.poll.interval.ms`) and rebalances are served while the batch retries; anything
+//!   received meanwhile is kept for the next batch.
+//! - Shutdown: the token interrupts receiving and the backoff between retries, never a write;
+//!   records received but not applied are simply not stored, and are consumed again later.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+use metrics::counter;
+use qim_store::retention::RetentionPolicy;
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::batch::{partition_batches, PartitionBatch};
+use crate::config::BatchLimits;
+use crate::metrics::{ABANDONED, CONSUMER_ERRORS};
+use crate::pipeline::{Outcome, Processor};
+use crate::source::{ArchiverConsumer, Incoming, Rebalances};
+
+/// A batch still running after this long pauses the partitions and keeps polling.
+const KEEPALIVE_AFTER: Duration = Duration::from_secs(5);
+
+/// The consumer loop (see the module docs).
+pub struct ConsumerLoop {
+    consumer: Arc<ArchiverConsumer>,
+    rebalances: Arc<Rebalances>,
+    processor: Arc<Processor>,
+    topic: String,
+    limits: BatchLimits,
+    policy: RetentionPolicy,
+}
+
+impl ConsumerLoop {
+    /// A loop over `consumer` (not yet subscribed) reading `topic`.
+    pub fn new(
+        consumer: Arc<ArchiverConsumer>,
+        rebalances: Arc<Rebalances>,
+        processor: Arc<Processor>,
+        topic: &str,
+        limits: BatchLimits,
+        policy: RetentionPolicy,
+    ) -> Self {
+        Self { consumer, rebalances, processor, topic: topic.to_owned(), limits, policy }
+    }
+
+    /// Subscribes and runs until `shutdown` (then commits what is stored) or a fatal error.
+    pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        self.consumer.subscribe(&[&self.topic])?;
+        let mut carry = Vec::new();
+        let result = loop {
+            let received = self.collect(&mut carry, &shutdown).await;
+            if !received.is_empty() {
+                if let Err(e) = self.process(received, &shutdown, &mut carry).await {
+                    break Err(e);
+                }
+            }
+            if shutdown.is_cancelled() {
+                break Ok(());
+            }
+        };
+        match self.consumer.commit_consumer_state(CommitMode::Sync) {
+            Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => tracing::warn!(error = %e, "committing stored offsets at shutdown failed"),
+        }
+        self.consumer.unsubscribe();
+        result
+    }
+
+    /// Receives up to one batch (starting with `carry`); returns early on shutdown.
+    async fn collect(&self, carry: &mut Vec<Incoming>, shutdown: &CancellationToken) -> Vec<Incoming> {
+        let mut batch = std::mem::take(carry);
+        let mut deadline = (!batch.is_empty()).then(|| Instant::now() + self.limits.max_wait);
+        while batch.len() < self.limits.max_records {
+            let received = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => break,
+                received = self.consumer.recv() => received,
+            };
+            match received {
+                Ok(message) => {
+                    let epoch = self.rebalances.epoch(rdkafka::Message::partition(&message));
+                    batch.push(Incoming::from_message(&message, epoch));
+                    deadline.get_or_insert_with(|| Instant::now() + self.limits.max_wait);
+                }
+                Err(e) => {
+                    counter!(CONSUMER_ERRORS).increment(1);
+                    tracing::warn!(error = %e, "kafka consumer error");
+                }
+            }
+        }
+        batch.retain(|r| self.rebalances.owns(r.partition, r.epoch));
+        batch
+    }
+
+    /// Applies one batch per partition, keeping the consumer polled if that takes long.
+    async fn process(
+        &self,
+        records: Vec<Incoming>,
+        shutdown: &CancellationToken,
+        carry: &mut Vec<Incoming>,
+    ) -> anyhow::Result<()> {
+        let batches = partition_batches(records, &self.policy);
+        let work = try_join_all(batches.iter().map(|b| self.process_partition(b, shutdown)));
+        tokio::pin!(work);
+        let keepalive = tokio::time::sleep(KEEPALIVE_AFTER);
+        tokio::pin!(keepalive);
+        let mut paused = None;
+        let result = loop {
+            tokio::select! {
+                biased;
+                result = &mut work => break result,
+                () = &mut keepalive, if paused.is_none() => {
+                    let assignment = self.consumer.assignment()?;
+                    self.consumer.pause(&assignment)?;
+                    tracing::info!("batch still running: partitions paused, consumer kept alive");
+                    paused = Some(assignment);
+                }
+                received = self.consumer.recv(), if paused.is_some() => match received {
+                    Ok(message) => {
+                        let epoch = self.rebalances.epoch(rdkafka::Message::partition(&message));
+                        carry.push(Incoming::from_message(&message, epoch));
+                    }
+                    Err(e) => {
+                        counter!(CONSUMER_ERRORS).increment(1);
+                        tracing::warn!(error = %e, "kafka consumer error");
+                    }
+                },
+            }
+        };
+        if let Some(assignment) = paused {
+            // Partitions revoked meanwhile are not ours to resume; the rest continue.
+            if let Err(e) = self.consumer.resume(&assignment) {
+                tracing::debug!(error = %e, "resuming partitions");
+            }
+        }
+        result.map(drop)
+    }
+
+    async fn process_partition(&self, batch: &PartitionBatch, shutdown: &CancellationToken) -> anyhow::Result<()> {
+        let (partition, epoch) = (batch.partition, batch.epoch);
+        let revoked = || (!self.rebalances.owns(partition, epoch)).then_some("revoked");
+        let outcome = match revoked() {
+            Some(cause) => Outcome::Abandoned(cause),
+            None => self.processor.apply_with_retry(batch, revoked, shutdown).await.map_err(anyhow::Error::msg)?,
+        };
+        match outcome {
+            Outcome::Done if self.rebalances.owns(partition, epoch) => {
+                // librdkafka stores `offset + 1`: the group resumes after the last durable record.
+                if let Err(e) = self.consumer.store_offset(&self.topic, partition, batch.last_offset) {
+                    tracing::warn!(partition, error = %e, "storing an offset failed; the batch will be consumed again");
+                }
+            }
+            Outcome::Done => {
+                counter!(ABANDONED, "cause" => "revoked").increment(1);
+                tracing::info!(partition, "batch durable but its partition was revoked; offset left to the next owner");
+            }
+            Outcome::Abandoned(cause) => {
+                counter!(ABANDONED, "cause" => cause).increment(1);
+                tracing::info!(partition, cause, records = batch.len(), "batch abandoned before its offset was stored");
+            }
+        }
+        Ok(())
+    }
+}

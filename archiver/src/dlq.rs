@@ -1,0 +1,97 @@
+//! The dead-letter topic: poison records are produced there as they arrived (same key, value
+//! and headers) plus [`HEADER_DLQ_REASON`], [`HEADER_DLQ_SOURCE`] (`topic/partition/offset`) and
+//! [`HEADER_DLQ_DETAIL`]. The producer is idempotent with `acks=all`, and the archiver waits for
+//! every delivery before it stores the poison record's offset, so a poison record is never
+//! skipped without a trace.
+
+use std::time::Duration;
+
+use futures_util::future::try_join_all;
+use qim_store::topic::{HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
+use rdkafka::config::ClientConfig;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::util::Timeout;
+
+use crate::batch::Poison;
+
+/// How long one dead-letter delivery may take before the batch retries.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The producer of the dead-letter topic.
+pub struct DeadLetters {
+    producer: FutureProducer,
+    topic: String,
+    source_topic: String,
+}
+
+impl DeadLetters {
+    /// A producer to `topic` for records read from `source_topic` (no round trip yet).
+    pub fn new(brokers: &str, topic: &str, source_topic: &str) -> Result<Self, String> {
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
+            .create()
+            .map_err(|e| format!("creating the dead-letter producer: {e}"))?;
+        Ok(Self { producer, topic: topic.to_owned(), source_topic: source_topic.to_owned() })
+    }
+
+    /// The dead-letter topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Produces every poison record and waits until the broker acknowledged all of them.
+    pub async fn send_all(&self, poison: &[Poison]) -> Result<(), String> {
+        try_join_all(poison.iter().map(|p| self.send(p))).await.map(drop)
+    }
+
+    async fn send(&self, poison: &Poison) -> Result<(), String> {
+        let incoming = &poison.incoming;
+        let source = format!("{}/{}/{}", self.source_topic, incoming.partition, incoming.offset);
+        let mut headers = OwnedHeaders::new_with_capacity(incoming.headers.len() + 3);
+        for (key, value) in &incoming.headers {
+            headers = headers.insert(Header { key, value: value.as_deref() });
+        }
+        let headers = headers
+            .insert(Header { key: HEADER_DLQ_REASON, value: Some(poison.reason.as_bytes()) })
+            .insert(Header { key: HEADER_DLQ_SOURCE, value: Some(source.as_bytes()) })
+            .insert(Header { key: HEADER_DLQ_DETAIL, value: Some(poison.detail.as_bytes()) });
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(headers);
+        if let Some(key) = &incoming.key {
+            record = record.key(key.as_slice());
+        }
+        if let Some(value) = &incoming.value {
+            record = record.payload(value.as_slice());
+        }
+        match self.producer.send(record, Timeout::After(DELIVERY_TIMEOUT)).await {
+            Ok(_) => Ok(()),
+            Err((e, _)) => Err(format!("dead-lettering {source} to {}: {e}", self.topic)),
+        }
+    }
+
+    /// Checks `topic` exists (the dead-letter topic, or the one it serves), within `timeout`.
+    pub async fn check_topic(&self, topic: &str, timeout: Duration) -> Result<(), String> {
+        let (producer, topic) = (self.producer.clone(), topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let md = producer
+                .client()
+                .fetch_metadata(Some(&topic), timeout)
+                .map_err(|e| format!("reading metadata of {topic}: {e}"))?;
+            match md.topics().first() {
+                Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(()),
+                Some(t) => Err(format!("topic {topic}: {:?}", t.error())),
+                None => Err(format!("topic {topic} missing from metadata")),
+            }
+        })
+        .await
+        .map_err(|e| format!("metadata task: {e}"))?
+    }
+
+    /// Waits up to `timeout` for queued deliveries.
+    pub fn flush(&self, timeout: Duration) -> Result<(), String> {
+        self.producer.flush(Timeout::After(timeout)).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,202 @@
+//! What happens to one partition batch, in order: poison to the dead-letter topic, valid
+//! records into the archive (acknowledged at LOCAL_QUORUM), then the archived watermarks. Only
+//! when all three are done may the caller store the batch's offset.
+//!
+//! Each step is idempotent and remembered in [`Progress`], so a retry after a transient failure
+//! (Cassandra, Kafka or Redis unavailable) redoes only the steps not yet done, and a batch
+//! retried from scratch after a crash writes the same rows again. Transient failures retry with
+//! a capped exponential backoff until they succeed, the partition is revoked, or shutdown; a
+//! failure that retrying can not fix (the archive refusing a record that passed the checks) is
+//! fatal: the archiver stops rather than skip a record.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use metrics::{counter, histogram};
+use qim_store::ids::UnixMillis;
+use qim_store::message::MessageRecord;
+use qim_store::scylla::ScyllaMessageStore;
+use tokio_util::sync::CancellationToken;
+
+use crate::batch::PartitionBatch;
+use crate::dlq::DeadLetters;
+use crate::metrics::{BATCHES, BATCH_SECONDS, DEAD_LETTERS, END_TO_END_SECONDS, RECORDS, RETENTION_MISMATCH, RETRIES};
+use crate::watermark::Watermarks;
+
+/// First retry delay; doubles per attempt.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
+/// Longest retry delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Which steps of a batch are done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    dead_lettered: bool,
+    archived: bool,
+    watermarked: bool,
+}
+
+/// A step that failed.
+#[derive(Debug)]
+pub enum Failure {
+    /// Retrying may succeed.
+    Transient {
+        /// `dead_letter`, `archive` or `watermark`.
+        step: &'static str,
+        /// What went wrong.
+        error: String,
+    },
+    /// Retrying can not succeed.
+    Fatal(String),
+}
+
+/// How a batch ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every step is done: the offset may be stored.
+    Done,
+    /// Given up before completion (`revoked` or `shutdown`): the offset must not be stored.
+    Abandoned(&'static str),
+}
+
+/// Whether the archive is failing right now (for `/readyz`).
+#[derive(Debug, Default)]
+pub struct Health {
+    failing: Mutex<Option<String>>,
+}
+
+impl Health {
+    fn set(&self, failing: Option<String>) {
+        *self.failing.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = failing;
+    }
+
+    /// `Err(why)` while a batch is retrying a transient failure.
+    pub fn check(&self) -> Result<(), String> {
+        match self.failing.lock().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+            None => Ok(()),
+            Some(why) => Err(why.clone()),
+        }
+    }
+}
+
+/// Applies partition batches (see the module docs).
+pub struct Processor {
+    archive: ScyllaMessageStore,
+    dead_letters: Option<Arc<DeadLetters>>,
+    watermarks: Option<Arc<Watermarks>>,
+    write_concurrency: usize,
+    health: Arc<Health>,
+}
+
+impl Processor {
+    /// A processor writing to `archive`. Without `dead_letters` (replay) poison is counted and
+    /// logged only; without `watermarks` (Scylla mode, no hot tier) no watermark is kept.
+    pub fn new(
+        archive: ScyllaMessageStore,
+        dead_letters: Option<Arc<DeadLetters>>,
+        watermarks: Option<Arc<Watermarks>>,
+        write_concurrency: usize,
+    ) -> Self {
+        Self { archive, dead_letters, watermarks, write_concurrency, health: Arc::default() }
+    }
+
+    /// The health the processor reports.
+    pub fn health(&self) -> Arc<Health> {
+        self.health.clone()
+    }
+
+    /// Runs the steps of `batch` not yet done in `progress`.
+    pub async fn apply(&self, batch: &PartitionBatch, progress: &mut Progress) -> Result<(), Failure> {
+        if !progress.dead_lettered && !batch.poison.is_empty() {
+            if let Some(dlq) = &self.dead_letters {
+                dlq.send_all(&batch.poison).await.map_err(|error| Failure::Transient { step: "dead_letter", error })?;
+            }
+            for p in &batch.poison {
+                counter!(DEAD_LETTERS, "reason" => p.reason).increment(1);
+                counter!(RECORDS, "outcome" => "dead_lettered").increment(1);
+                tracing::warn!(
+                    partition = p.incoming.partition,
+                    offset = p.incoming.offset,
+                    reason = p.reason,
+                    detail = %p.detail,
+                    dead_lettered = self.dead_letters.is_some(),
+                    "poison record"
+                );
+            }
+        }
+        progress.dead_lettered = true;
+        let records: Vec<MessageRecord> = batch.valid.iter().map(|v| v.record.clone()).collect();
+        if !progress.archived && !records.is_empty() {
+            match self.archive.archive_records(&records, self.write_concurrency).await {
+                Ok(()) => {}
+                Err(e) if e.kind().is_retryable() => {
+                    return Err(Failure::Transient { step: "archive", error: e.to_string() });
+                }
+                Err(e) => return Err(Failure::Fatal(format!("the archive refused a checked record: {e}"))),
+            }
+            let now = UnixMillis::now().0;
+            for v in &batch.valid {
+                if let Some(ts) = v.timestamp_ms {
+                    histogram!(END_TO_END_SECONDS).record((now - ts).max(0) as f64 / 1000.0);
+                }
+                if v.retention_mismatch {
+                    counter!(RETENTION_MISMATCH).increment(1);
+                }
+            }
+            counter!(RECORDS, "outcome" => "archived").increment(records.len() as u64);
+        }
+        progress.archived = true;
+        // Tests park a batch here (rows durable, offset not stored) to kill the process.
+        fail::fail_point!("archiver::after_archive");
+        if !progress.watermarked {
+            if let Some(watermarks) = &self.watermarks {
+                watermarks.observe(&records).await.map_err(|e| match e.kind().is_retryable() {
+                    true => Failure::Transient { step: "watermark", error: e.to_string() },
+                    false => Failure::Fatal(format!("archived watermarks: {e}")),
+                })?;
+            }
+        }
+        progress.watermarked = true;
+        Ok(())
+    }
+
+    /// Applies `batch` until done, retrying transient failures with backoff. Before each retry
+    /// `still_wanted` may name a reason to give up (`revoked`); shutdown gives up too. Fatal
+    /// failures are returned.
+    pub async fn apply_with_retry(
+        &self,
+        batch: &PartitionBatch,
+        still_wanted: impl Fn() -> Option<&'static str>,
+        shutdown: &CancellationToken,
+    ) -> Result<Outcome, String> {
+        let started = Instant::now();
+        let mut progress = Progress::default();
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            match self.apply(batch, &mut progress).await {
+                Ok(()) => break,
+                Err(Failure::Fatal(why)) => return Err(why),
+                Err(Failure::Transient { step, error }) => {
+                    counter!(RETRIES, "step" => step).increment(1);
+                    tracing::warn!(partition = batch.partition, step, %error, retry_in = ?backoff, "batch step failed");
+                    self.health.set(Some(format!("{step}: {error}")));
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = shutdown.cancelled() => return Ok(Outcome::Abandoned("shutdown")),
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    if let Some(cause) = still_wanted() {
+                        return Ok(Outcome::Abandoned(cause));
+                    }
+                }
+            }
+        }
+        if backoff != FIRST_BACKOFF {
+            self.health.set(None);
+            tracing::info!(partition = batch.partition, "batch step recovered");
+        }
+        counter!(BATCHES).increment(1);
+        histogram!(BATCH_SECONDS).record(started.elapsed().as_secs_f64());
+        Ok(Outcome::Done)
+    }
+}

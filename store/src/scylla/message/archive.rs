@@ -1,0 +1,237 @@
+//! Archive writes: committed records from `qim.messages.v1` into the same rows `put_record`
+//! writes, so [`super::ScyllaMessageStore`]'s history reads serve them unchanged.
+//!
+//! Per record: `message_record` (canonical blob), `history_index` (`expires_at`) and, for
+//! expiring records, `history_expiry`; whole-row `INSERT ... USING TTL` at LOCAL_QUORUM through
+//! the statements `put_record` uses (prepared once, marked idempotent). The TTL is the time left
+//! until the record's own `expires_at` (fixed at commit by the writer's `RetentionPolicy`), at
+//! least 1 s: a late archive still vanishes at the original moment, an expired record is written
+//! with 1 s and never resurrected, and a record that never expires (compliance hold, tenant
+//! custom) gets no TTL. Using the record's expiry rather than recomputing it keeps the blob, the
+//! index entry and the hot tier in agreement (history reads check that `expires_at` matches);
+//! [`archive_check`] refuses records whose expiry contradicts their class.
+//!
+//! A batch writes every record row first, then raises the `history_bucket` bound of every seq
+//! bucket it touches (reads skip buckets whose bound passed), then every index and expiry row, so
+//! a concurrent history read never meets an index entry without its record. Same values on every
+//! retry or replay: writing a batch twice leaves the same rows.
+
+use futures_util::stream::{self, TryStreamExt};
+use scylla::value::MaybeUnset;
+
+use super::buckets::{bound_of, seq_bucket};
+use super::commit::{ttl_secs, MAX_TTL_SECS};
+use super::ScyllaMessageStore;
+use crate::codec::{encode_record, u64_to_i64};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{ConversationId, TenantId, UnixMillis};
+use crate::message::MessageRecord;
+use crate::retention::{RetentionClass, EPHEMERAL_MILLIS};
+use crate::scylla::cql::unavailable;
+use crate::scylla::schema::{hour_bucket, SEQ_BUCKET_SIZE};
+
+/// Expiry entries outlive their record by this much (as `put_record` writes them).
+const EXPIRY_ENTRY_GRACE_SECS: i32 = 3600;
+
+/// Why a record can not be archived: it would contradict the retention rules or the schema.
+/// A record refused here is refused forever (a consumer dead-letters it, never retries).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ArchiveRefusal {
+    /// Its `expires_at` contradicts its retention class.
+    #[error("retention {class} with expires_at {expires_at:?} (created {created_at}): {why}")]
+    Retention {
+        /// The record's class name.
+        class: &'static str,
+        /// The record's expiry.
+        expires_at: Option<i64>,
+        /// The record's creation time.
+        created_at: i64,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// A value does not fit its CQL column.
+    #[error("{0}")]
+    Range(String),
+}
+
+impl ArchiveRefusal {
+    /// A short, stable reason for dead-letter headers and metric labels.
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            ArchiveRefusal::Retention { .. } => "bad_retention",
+            ArchiveRefusal::Range(_) => "out_of_range",
+        }
+    }
+}
+
+/// Checks that `record` can be archived as it is:
+/// - compliance hold and tenant custom never expire: `expires_at` must be absent;
+/// - ephemeral records expire exactly 24 h after creation;
+/// - default records carry an expiry (services always inject the retention period);
+/// - seq and bucket fit a CQL `bigint`.
+///
+/// A default record whose expiry differs from this process's policy is accepted (its expiry
+/// was fixed at commit); callers compare with their own policy to report configuration drift.
+pub fn archive_check(record: &MessageRecord) -> Result<(), ArchiveRefusal> {
+    let refuse = |why| ArchiveRefusal::Retention {
+        class: record.retention.as_str(),
+        expires_at: record.expires_at.map(|at| at.0),
+        created_at: record.created_at.0,
+        why,
+    };
+    match (record.retention, record.expires_at) {
+        (RetentionClass::ComplianceHold | RetentionClass::TenantCustom, Some(_)) => {
+            return Err(refuse("this class never expires"));
+        }
+        (RetentionClass::Ephemeral24h, at) if at != Some(record.created_at.plus_millis(EPHEMERAL_MILLIS)) => {
+            return Err(refuse("ephemeral records expire 24 h after creation"));
+        }
+        (RetentionClass::Default, None) => return Err(refuse("default records must carry their expiry")),
+        (RetentionClass::Default, Some(at)) if at <= record.created_at => {
+            return Err(refuse("the expiry is not after the creation"));
+        }
+        _ => {}
+    }
+    u64_to_i64("conversation seq", record.seq.0).map_err(|e| ArchiveRefusal::Range(e.to_string()))?;
+    Ok(())
+}
+
+/// Which row of a record a write makes.
+#[derive(Clone, Copy)]
+enum Step {
+    Record,
+    Index,
+    Expiry(i64),
+}
+
+/// One record's bound values.
+struct Row {
+    tenant: [u8; 16],
+    conversation: [u8; 16],
+    bucket: i64,
+    seq: i64,
+    blob: Vec<u8>,
+    expires_at: Option<i64>,
+    ttl: i32,
+}
+
+impl Row {
+    fn new(record: &MessageRecord, now: UnixMillis) -> StoreResult<Self> {
+        archive_check(record).map_err(|e| StoreError::InvalidInput(e.to_string()))?;
+        Ok(Self {
+            tenant: record.tenant.0,
+            conversation: record.conversation.0,
+            bucket: u64_to_i64("seq bucket", record.seq.0 / SEQ_BUCKET_SIZE)?,
+            seq: u64_to_i64("conversation seq", record.seq.0)?,
+            blob: encode_record(record),
+            expires_at: record.expires_at.map(|at| at.0),
+            ttl: record.expires_at.map_or(0, |at| ttl_secs(at, now)),
+        })
+    }
+
+    fn what(&self) -> String {
+        format!("archiving seq {} of {}", self.seq, crate::ids::ConversationId(self.conversation))
+    }
+}
+
+impl ScyllaMessageStore {
+    /// Writes `records` into the archive (see the module docs), with at most `concurrency`
+    /// statements in flight. Returns once every row is acknowledged at LOCAL_QUORUM.
+    ///
+    /// Errors: `InvalidInput` when a record fails [`archive_check`] (nothing is written);
+    /// `Unavailable` when the server did not acknowledge a write (retry the whole batch: rows
+    /// already written are rewritten with the same values).
+    pub async fn archive_records(&self, records: &[MessageRecord], concurrency: usize) -> StoreResult<()> {
+        let records_in = records;
+        let now = self.now();
+        let rows = records.iter().map(|r| Row::new(r, now)).collect::<StoreResult<Vec<_>>>()?;
+        let concurrency = concurrency.max(1);
+        let rows = &rows;
+        // Owned work items (row index, which statement): closures over borrowed tuples would
+        // make the returned future's `Send` bound higher-ranked.
+        let write = |(i, step): (usize, Step)| async move {
+            let row = &rows[i];
+            let (session, st) = (&self.inner.session, &self.inner.st);
+            let result = match step {
+                Step::Record => {
+                    let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, row.ttl);
+                    session.execute_unpaged(&st.insert_record, values).await
+                }
+                Step::Index => {
+                    let expires = row.expires_at.map_or(MaybeUnset::Unset, MaybeUnset::Set);
+                    let values = (&row.tenant[..], &row.conversation[..], row.seq, expires, row.ttl);
+                    session.execute_unpaged(&st.insert_index, values).await
+                }
+                Step::Expiry(at) => {
+                    let entry_ttl = row.ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
+                    let values = (hour_bucket(at), at, &row.tenant[..], &row.conversation[..], row.seq, entry_ttl);
+                    session.execute_unpaged(&st.insert_expiry, values).await
+                }
+            };
+            result.map(drop).map_err(|e| unavailable(row.what(), e))
+        };
+        let records = (0..rows.len()).map(|i| Ok((i, Step::Record)));
+        stream::iter(records).try_for_each_concurrent(concurrency, write).await?;
+        // History reads only visit buckets whose bound says something may be live there
+        // (`buckets.rs`): raise each touched bucket's bound to its latest expiry first.
+        let mut bounds: std::collections::BTreeMap<([u8; 16], [u8; 16], i64), i64> = Default::default();
+        for (row, record) in rows.iter().zip(records_in) {
+            let bound = bounds.entry((row.tenant, row.conversation, seq_bucket(row.seq))).or_insert(i64::MIN);
+            *bound = (*bound).max(bound_of(record.expires_at));
+        }
+        let cover = |((tenant, conversation, bucket), bound): (([u8; 16], [u8; 16], i64), i64)| async move {
+            self.cover_bucket(TenantId(tenant), ConversationId(conversation), bucket, bound).await
+        };
+        stream::iter(bounds.into_iter().map(Ok)).try_for_each_concurrent(concurrency, cover).await?;
+        // Index (and expiry) rows only after every record row of the batch is durable.
+        let rest = rows.iter().enumerate().flat_map(|(i, row)| {
+            std::iter::once((i, Step::Index)).chain(row.expires_at.map(|at| (i, Step::Expiry(at))))
+        });
+        stream::iter(rest.map(Ok)).try_for_each_concurrent(concurrency, write).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UserId, MILLIS_PER_DAY};
+    use crate::message::MessageKind;
+
+    fn record(retention: RetentionClass, expires_at: Option<UnixMillis>) -> MessageRecord {
+        MessageRecord {
+            tenant: TenantId([1; 16]),
+            conversation: ConversationId([2; 16]),
+            seq: ConversationSeq(7),
+            message_id: MessageId([3; 16]),
+            sender: UserId([4; 16]),
+            client_message_id: ClientMessageId::new("c").unwrap(),
+            kind: MessageKind::Normal,
+            retention,
+            created_at: UnixMillis(1_790_000_000_000),
+            expires_at,
+            payload: b"x".to_vec(),
+        }
+    }
+
+    #[test]
+    fn each_class_accepts_only_its_own_kind_of_expiry() {
+        let created = UnixMillis(1_790_000_000_000);
+        let day = created.plus_millis(MILLIS_PER_DAY);
+        assert_eq!(archive_check(&record(RetentionClass::Ephemeral24h, Some(day))), Ok(()));
+        assert_eq!(archive_check(&record(RetentionClass::Default, Some(day.plus_millis(MILLIS_PER_DAY)))), Ok(()));
+        assert_eq!(archive_check(&record(RetentionClass::ComplianceHold, None)), Ok(()));
+        assert_eq!(archive_check(&record(RetentionClass::TenantCustom, None)), Ok(()));
+        for bad in [
+            record(RetentionClass::ComplianceHold, Some(day)),
+            record(RetentionClass::TenantCustom, Some(day)),
+            record(RetentionClass::Ephemeral24h, Some(day.plus_millis(1))),
+            record(RetentionClass::Ephemeral24h, None),
+            record(RetentionClass::Default, None),
+            record(RetentionClass::Default, Some(created)),
+        ] {
+            let refusal = archive_check(&bad).unwrap_err();
+            assert_eq!(refusal.reason(), "bad_retention", "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! `TieredMessageStore` (Redis hot tier + Scylla archive): the `MessageStore` contract suite,
+//! and history paging across the hot/archive boundary compared, page by page, with the
+//! single-store semantics computed from the full history.
+//!
+//! Needs Redis (`QIM_TEST_REDIS_URL`, default the local stack's) and the Scylla test cluster
+//! (`QIM_TEST_SCYLLA_*`); fails, never skips, when either is missing.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use qim_store::clock::ManualClock;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
+use qim_store::message::{CommitRequest, Direction, HistoryPage, HistoryQuery, MessageRecord, ReadPosition};
+use qim_store::redis::{RedisConfig, RedisMessageStore};
+use qim_store::retention::{RetentionClass, RetentionPolicy};
+use qim_store::scylla::ScyllaMessageStore;
+use qim_store::testsuite::fixtures::{
+    clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer, T0,
+};
+use qim_store::testsuite::message::commit_fully;
+use qim_store::testsuite::MessageHarness;
+use qim_store::tiered::TieredMessageStore;
+use qim_store::MessageStore;
+
+mod scylla_support;
+#[path = "support/shared_redis.rs"]
+mod shared_redis;
+
+use shared_redis::{unique_namespace, unreachable, url as redis_url, Cleanup};
+
+const MINUTE: i64 = 60_000;
+
+async fn hot_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
+    let config = RedisConfig { url: redis_url(), namespace: unique_namespace() };
+    cleanup.register(&config.namespace);
+    let store = RedisMessageStore::open(&config, policy, clock)
+        .await
+        .unwrap_or_else(|e| panic!("{}", unreachable(&config.url, &e)));
+    store.reseed(&[]).await.expect("seeding a fresh namespace");
+    store
+}
+
+async fn archive_store(policy: RetentionPolicy, clock: Arc<ManualClock>) -> ScyllaMessageStore {
+    let config = scylla_support::config();
+    let session = scylla_support::connect(config).await;
+    scylla_support::migrated(&session).await;
+    ScyllaMessageStore::with_session(session, config, policy, clock)
+        .await
+        .unwrap_or_else(|e| panic!("opening the archive: {}", scylla_support::describe(&e)))
+}
+
+/// Tiered stores whose hot tier does not own a trim window (the suite's expiry tests then see
+/// the hot tier's own expiry drain, as a plain Redis store does).
+#[derive(Default)]
+struct Tiered {
+    hot: Mutex<Vec<RedisMessageStore>>,
+    cleanup: Cleanup,
+}
+
+#[async_trait]
+impl MessageHarness for Tiered {
+    async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
+        let hot = hot_store(policy, clock.clone(), &self.cleanup).await;
+        let archive = archive_store(policy, clock.clone()).await;
+        self.hot.lock().unwrap().push(hot.clone());
+        Arc::new(TieredMessageStore::from_parts(Arc::new(hot), Arc::new(archive), 7, clock).unwrap())
+    }
+
+    async fn remove_record(&self, _: &Arc<dyn MessageStore>, t: TenantId, c: ConversationId, seq: ConversationSeq) {
+        let hot = self.hot.lock().unwrap().last().cloned().unwrap();
+        hot.sabotage_remove_record(t, c, seq).await.expect("sabotage: remove record");
+    }
+
+    async fn overwrite_record(
+        &self,
+        _: &Arc<dyn MessageStore>,
+        t: TenantId,
+        c: ConversationId,
+        seq: ConversationSeq,
+        bytes: Vec<u8>,
+    ) {
+        let hot = self.hot.lock().unwrap().last().cloned().unwrap();
+        hot.sabotage_overwrite_record(t, c, seq, bytes).await.expect("sabotage: overwrite record");
+    }
+}
+
+mod contract {
+    use super::*;
+    qim_store::message_store_contract_suite!(Tiered::default());
+}
+
+/// The page a single store holding `all` (live records, ascending) answers.
+fn reference(all: &[MessageRecord], q: &HistoryQuery) -> (Vec<u64>, bool) {
+    let candidates: Vec<&MessageRecord> = match q.direction {
+        Direction::Older => all.iter().rev().filter(|r| q.anchor.is_none_or(|a| r.seq < a)).collect(),
+        Direction::Newer => all.iter().filter(|r| q.anchor.is_none_or(|a| r.seq > a)).collect(),
+    };
+    let (mut seqs, mut used) = (Vec::new(), 0);
+    for r in &candidates {
+        let fits = seqs.is_empty() || (seqs.len() < q.max_items && used + r.page_bytes() <= q.max_bytes);
+        if !fits {
+            return (seqs, true);
+        }
+        used += r.page_bytes();
+        seqs.push(r.seq.0);
+    }
+    (seqs, false)
+}
+
+fn seqs(page: &HistoryPage) -> Vec<u64> {
+    page.records.iter().map(|r| r.seq.0).collect()
+}
+
+fn sized_request(t: TenantId, n: u64, conversation: ConversationId, class: RetentionClass) -> CommitRequest {
+    let payload = vec![b'a' + (n % 26) as u8; 10 + (n as usize * 7) % 50];
+    let mut r = request(t, user(1 + (n % 2) as u32), &format!("m{n}-{conversation}"), conversation, &payload);
+    r.retention = class;
+    r
+}
+
+/// 40 records committed a minute apart (seq 5 ephemeral, seq 13 a hole left by a reserve that
+/// never recorded), 1..=30 archived, the clock moved a week on, the hot tier trimmed (1..=25
+/// leave it), then 10 young records: every page in both directions, with every anchor and
+/// several limits, equals the single-store answer, and `earliest_available` is the archive's.
+#[tokio::test]
+async fn pages_cross_the_hot_archive_boundary_seamlessly() {
+    let policy = RetentionPolicy::with_default_days(30).unwrap();
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let hot = hot_store(policy, clock.clone(), &cleanup).await.with_trim_window(7);
+    let archive = archive_store(policy, clock.clone()).await;
+    let tiered =
+        TieredMessageStore::from_parts(Arc::new(hot.clone()), Arc::new(archive.clone()), 7, clock.clone()).unwrap();
+    let (t, c) = (fresh_tenant(), fresh_conversation());
+    let mut records = Vec::new();
+    for n in 1..=40u64 {
+        clock.set(T0.plus_millis(n as i64 * MINUTE));
+        let class = if n == 5 { RetentionClass::Ephemeral24h } else { RetentionClass::Default };
+        let req = sized_request(t, n, c, class);
+        if n == 13 {
+            let hole = hot.reserve(&req, fresh_message_id()).await.unwrap();
+            assert_eq!(hole.intent.seq.0, 13);
+            continue;
+        }
+        let commit = commit_fully(&hot, &req).await;
+        records.push(commit.intent.record(policy.expires_at(class, commit.intent.created_at)));
+    }
+    archive.archive_records(&records[..29], 16).await.unwrap(); // seqs 1..=30 without the hole
+    hot.record_archived_watermark(t, c, ConversationSeq(30)).await.unwrap();
+    clock.set(T0.plus_millis(7 * MILLIS_PER_DAY + 25 * MINUTE + 30_000));
+    let report = hot.trim_hot_history(1000).await.unwrap();
+    assert_eq!(report.trimmed, 24, "1..=25 without the hole left the hot tier: {report:?}");
+    for n in 41..=50u64 {
+        let commit = commit_fully(&hot, &sized_request(t, n, c, RetentionClass::Default)).await;
+        records.push(commit.intent.record(policy.expires_at(RetentionClass::Default, commit.intent.created_at)));
+    }
+    let now = qim_store::clock::Clock::now(clock.as_ref());
+    let live: Vec<MessageRecord> = records.iter().filter(|r| !r.is_expired(now)).cloned().collect();
+    assert_eq!(live.len(), 48, "50 seqs without the hole and the expired ephemeral record");
+
+    let viewer = user(9);
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, c, viewer);
+    let limits = [(3usize, usize::MAX), (7, 150), (500, usize::MAX), (4, 1)];
+    let anchors = std::iter::once(None).chain((0..=52).map(|a| Some(ConversationSeq(a))));
+    let mut pages = 0;
+    for anchor in anchors {
+        for direction in [Direction::Older, Direction::Newer] {
+            for (max_items, max_bytes) in limits {
+                let q = HistoryQuery { tenant: t, conversation: c, viewer, direction, anchor, max_items, max_bytes };
+                let page = tiered.history_page(&q, &auth).await.unwrap();
+                let (want, more) = reference(&live, &q);
+                assert_eq!(
+                    (seqs(&page), page.has_more),
+                    (want, more),
+                    "{direction:?} from {anchor:?}, {max_items}/{max_bytes}"
+                );
+                assert_eq!(page.earliest_available, Some(ConversationSeq(1)));
+                for r in &page.records {
+                    assert_eq!(Some(r), live.iter().find(|x| x.seq == r.seq), "records come back as committed");
+                }
+                pages += 1;
+            }
+        }
+    }
+    assert_eq!(auth.calls(), pages, "the authorizer is consulted once per page");
+
+    // Unread summaries see both tiers: sender user(1) wrote the even seqs, user(2) the odd ones.
+    let others = |after: u64| live.iter().filter(|r| r.seq.0 > after && r.sender != user(1)).count() as u32;
+    let positions = [
+        ReadPosition { conversation: c, read_through: ConversationSeq(0) },
+        ReadPosition { conversation: c, read_through: ConversationSeq(20) },
+    ];
+    let summaries = tiered.conversation_summaries(t, user(1), &positions).await.unwrap();
+    assert_eq!(summaries[0].unread, others(0));
+    assert_eq!(summaries[1].unread, others(20));
+    assert!(summaries.iter().all(|s| s.unread_precise && s.last_seq == Some(ConversationSeq(50))));
+}
+
+/// A conversation entirely trimmed from the hot tier reads from the archive alone, and one
+/// never archived reads from the hot tier alone.
+#[tokio::test]
+async fn either_tier_alone_serves_the_whole_history() {
+    let policy = RetentionPolicy::with_default_days(30).unwrap();
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let hot = hot_store(policy, clock.clone(), &cleanup).await.with_trim_window(7);
+    let archive = archive_store(policy, clock.clone()).await;
+    let tiered =
+        TieredMessageStore::from_parts(Arc::new(hot.clone()), Arc::new(archive.clone()), 7, clock.clone()).unwrap();
+    let t = fresh_tenant();
+    let (old, fresh) = (fresh_conversation(), fresh_conversation());
+    let mut archived = Vec::new();
+    for n in 1..=6u64 {
+        let commit = commit_fully(&hot, &sized_request(t, n, old, RetentionClass::Default)).await;
+        archived.push(commit.intent.record(policy.expires_at(RetentionClass::Default, commit.intent.created_at)));
+    }
+    archive.archive_records(&archived, 4).await.unwrap();
+    hot.record_archived_watermark(t, old, ConversationSeq(6)).await.unwrap();
+    clock.set(T0.plus_millis(8 * MILLIS_PER_DAY));
+    assert_eq!(hot.trim_hot_history(100).await.unwrap().trimmed, 6);
+    for n in 1..=3u64 {
+        commit_fully(&hot, &sized_request(t, n, fresh, RetentionClass::Default)).await;
+    }
+    let viewer = user(9);
+    let auth = MembershipAuthorizer::default();
+    for (conv, want) in [(old, vec![6, 5, 4, 3, 2, 1]), (fresh, vec![3, 2, 1])] {
+        auth.admit(t, conv, viewer);
+        let q = HistoryQuery {
+            tenant: t,
+            conversation: conv,
+            viewer,
+            direction: Direction::Older,
+            anchor: None,
+            max_items: 10,
+            max_bytes: usize::MAX,
+        };
+        let page = tiered.history_page(&q, &auth).await.unwrap();
+        assert_eq!((seqs(&page), page.has_more, page.earliest_available), (want, false, Some(ConversationSeq(1))));
+    }
+}

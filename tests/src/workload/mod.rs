@@ -1,0 +1,188 @@
+//! A realistic send workload through the writer's HTTP API, for the demo and the pipeline
+//! benchmark: 1:1 conversations and groups (up to thousands of members), retries of the same
+//! client message id, mixed retention classes, many sends in flight.
+//!
+//! Every acknowledged send is kept as an [`Ack`] (what the writer promised), which the
+//! invariant checker later compares with Kafka, the archive, the hot tier and the mailboxes.
+
+mod plan;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+pub use plan::{Conversation, Plan, PlannedSend};
+
+/// What the writer answered for one send, with what was sent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// Tenant, hex.
+    pub tenant: String,
+    /// Conversation, hex.
+    pub conversation: String,
+    /// Sender, hex.
+    pub sender: String,
+    /// The client's idempotency key.
+    pub client_message_id: String,
+    /// Retention class name.
+    pub retention: String,
+    /// Message id, hex.
+    pub message_id: String,
+    /// Conversation seq.
+    pub conversation_seq: u64,
+    /// Creation time, Unix millis.
+    pub created_at: i64,
+}
+
+/// How the workload went.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Acknowledged sends, one per distinct client message id.
+    pub acks: Vec<Ack>,
+    /// Requests made (retries included).
+    pub requests: u64,
+    /// Retries whose answer matched the first answer.
+    pub retries_matched: u64,
+    /// Retries whose answer differed (an invariant violation).
+    pub retries_mismatched: u64,
+    /// Latency of every acknowledged request.
+    pub latencies: Vec<Duration>,
+    /// Wall time of the sending phase.
+    pub wall: Duration,
+}
+
+/// Sends `plan` through the writer at `base` (e.g. `http://127.0.0.1:8080`) with `concurrency`
+/// requests in flight, printing progress every second unless `quiet`.
+pub async fn run(
+    base: &str,
+    token: Option<&str>,
+    plan: &Plan,
+    concurrency: usize,
+    quiet: bool,
+) -> anyhow::Result<Report> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
+    let client = Arc::new(Writer { base: base.to_owned(), token: token.map(str::to_owned), http });
+    for conversation in &plan.conversations {
+        for chunk in conversation.members.chunks(1_000) {
+            client.add_members(&plan.tenant, &conversation.id, chunk).await?;
+        }
+    }
+    let sends = Arc::new(plan.sends.clone());
+    let next = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let progress = (!quiet).then(|| tokio::spawn(show_progress(done.clone(), sends.len() as u64, started)));
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (client, sends, next, done, tenant) =
+            (client.clone(), sends.clone(), next.clone(), done.clone(), plan.tenant.clone());
+        workers.push(tokio::spawn(async move {
+            let mut part = Report::default();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(send) = sends.get(i) else { return anyhow::Ok(part) };
+                let (ack, latency) = client.send(&tenant, send).await?;
+                part.requests += 1;
+                part.latencies.push(latency);
+                if send.retry {
+                    let (again, latency) = client.send(&tenant, send).await?;
+                    part.requests += 1;
+                    part.latencies.push(latency);
+                    if again == ack {
+                        part.retries_matched += 1
+                    } else {
+                        part.retries_mismatched += 1
+                    }
+                }
+                part.acks.push(ack);
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let mut report = Report::default();
+    for w in workers {
+        let part = w.await.context("a sender task panicked")??;
+        report.acks.extend(part.acks);
+        report.requests += part.requests;
+        report.retries_matched += part.retries_matched;
+        report.retries_mismatched += part.retries_mismatched;
+        report.latencies.extend(part.latencies);
+    }
+    report.wall = started.elapsed();
+    if let Some(p) = progress {
+        p.abort();
+        eprintln!();
+    }
+    Ok(report)
+}
+
+async fn show_progress(done: Arc<AtomicU64>, total: u64, started: Instant) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let n = done.load(Ordering::Relaxed);
+        let rate = n as f64 / started.elapsed().as_secs_f64();
+        eprint!("\r  sending: {n}/{total} committed ({rate:.0}/s)   ");
+    }
+}
+
+struct Writer {
+    base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Writer {
+    fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.post(format!("{}{path}", self.base));
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    async fn add_members(&self, tenant: &str, conversation: &str, users: &[String]) -> anyhow::Result<()> {
+        let path = format!("/v1/tenants/{tenant}/conversations/{conversation}/members/add");
+        let r = self.post(&path).json(&serde_json::json!({ "users": users })).send().await?;
+        if !r.status().is_success() {
+            bail!("adding members: {} {}", r.status(), r.text().await.unwrap_or_default());
+        }
+        Ok(())
+    }
+
+    /// Sends until acknowledged; `503` (a backend briefly down) is retried with the same key.
+    async fn send(&self, tenant: &str, s: &PlannedSend) -> anyhow::Result<(Ack, Duration)> {
+        let body = serde_json::json!({
+            "tenant": tenant, "conversation": s.conversation, "sender": s.sender,
+            "client_message_id": s.client_message_id, "body": s.body, "retention": s.retention,
+        });
+        for attempt in 0.. {
+            let began = Instant::now();
+            let r = self.post("/v1/messages").json(&body).send().await;
+            match r {
+                Ok(r) if r.status() == 200 => {
+                    let a: serde_json::Value = r.json().await?;
+                    let ack = Ack {
+                        tenant: tenant.to_owned(),
+                        conversation: s.conversation.clone(),
+                        sender: s.sender.clone(),
+                        client_message_id: s.client_message_id.clone(),
+                        retention: s.retention.clone(),
+                        message_id: a["message_id"].as_str().context("message_id")?.to_owned(),
+                        conversation_seq: a["conversation_seq"].as_u64().context("conversation_seq")?,
+                        created_at: a["created_at"].as_i64().context("created_at")?,
+                    };
+                    return Ok((ack, began.elapsed()));
+                }
+                Ok(r) if r.status() == 503 && attempt < 120 => {}
+                Ok(r) => bail!("send {}: {} {}", s.client_message_id, r.status(), r.text().await.unwrap_or_default()),
+                Err(e) if attempt < 120 => eprintln!("  send failed ({e}); retrying the same request"),
+                Err(e) => return Err(e).context("sending"),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        unreachable!("the loop returns or fails")
+    }
+}

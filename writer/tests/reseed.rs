@@ -1,0 +1,44 @@
+//! Redis loses the writer's state (every key of its namespace, seed markers included) while the
+//! writer runs: the next send re-seeds the seq counters from `qim.messages.v1` before it is
+//! given a seq, so no seq is reissued (DESIGN invariant 7).
+
+mod support;
+
+use qim_store::ids::{ConversationId, TenantId, UserId};
+use qim_writer::config::Backend;
+use support::{create_topic, fresh, send_body, Kind, TestWriter};
+
+async fn wipe_namespace(url: &str, namespace: &str) -> usize {
+    let client = redis::Client::open(url).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.expect("redis answers");
+    let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{namespace}*")).query_async(&mut con).await.unwrap();
+    if !keys.is_empty() {
+        redis::cmd("DEL").arg(&keys).query_async::<()>(&mut con).await.unwrap();
+    }
+    keys.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_redis_lost_its_state_the_next_seq_continues_from_kafka() {
+    let topic = create_topic().await;
+    let w = TestWriter::start(support::config(Kind::Redis, &topic).await).await;
+    let (tenant, conversation, alice) = (fresh(TenantId), fresh(ConversationId), fresh(UserId));
+    for n in 1..=3 {
+        let (status, answer) =
+            w.post("/v1/messages", &send_body(tenant, conversation, alice, &format!("a{n}"), "x")).await;
+        assert_eq!((status, answer["conversation_seq"].as_u64()), (200, Some(n)), "{answer}");
+    }
+    let Backend::Redis(redis) = &w.config.backend else { unreachable!() };
+    let wiped = wipe_namespace(&redis.url, &redis.namespace).await;
+    assert!(wiped > 0, "the writer's state was in its namespace");
+    let (status, readyz) = w.get("/readyz").await;
+    assert_eq!(status, 503, "not ready while unseeded: {readyz}");
+    let (status, answer) = w.post("/v1/messages", &send_body(tenant, conversation, alice, "a4", "x")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["conversation_seq"], 4, "seqs 1..=3 are never issued again");
+    let (status, _) = w.get("/readyz").await;
+    assert_eq!(status, 200, "ready again once re-seeded");
+    let metrics = w.http.get(format!("{}/metrics", w.base)).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("qim_writer_reseeds_total"), "the re-seed is counted");
+    w.stop().await.unwrap();
+}
