@@ -44,8 +44,14 @@ pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV, WRITER_E
 /// Where the writer keeps commit state and history.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// Redis: the default, and the hot tier.
-    Redis(RedisConfig),
+    /// Redis as the hot tier (commit state, seq counters, the recent window) with the Scylla
+    /// archive behind it for older history: the default.
+    Redis {
+        /// The hot tier.
+        redis: RedisConfig,
+        /// The archive the archiver fills (history older than the hot window is read there).
+        archive: ScyllaConfig,
+    },
     /// ScyllaDB / Cassandra.
     Scylla(ScyllaConfig),
 }
@@ -54,7 +60,7 @@ impl Backend {
     /// `redis` or `scylla`, for logs.
     pub fn name(&self) -> &'static str {
         match self {
-            Backend::Redis(_) => "redis",
+            Backend::Redis { .. } => "redis",
             Backend::Scylla(_) => "scylla",
         }
     }
@@ -93,14 +99,17 @@ impl WriterConfig {
     /// Validates and types `settings` (already checked against [`ENVIRONMENT`]).
     pub fn from_settings(s: &Settings) -> Result<Self, String> {
         let backend = match s.required("QIM_STORE_BACKEND")? {
-            "redis" => Backend::Redis(RedisConfig {
-                url: s.required("QIM_REDIS_URL")?.to_owned(),
-                namespace: s.required("QIM_REDIS_NAMESPACE")?.to_owned(),
-            }),
+            "redis" => Backend::Redis {
+                redis: RedisConfig {
+                    url: s.required("QIM_REDIS_URL")?.to_owned(),
+                    namespace: s.required("QIM_REDIS_NAMESPACE")?.to_owned(),
+                },
+                archive: ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?,
+            },
             "scylla" => Backend::Scylla(ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?),
             other => return Err(format!("QIM_STORE_BACKEND={other:?} must be `redis` or `scylla`")),
         };
-        if let Backend::Redis(redis) = &backend {
+        if let Backend::Redis { redis, .. } = &backend {
             redis.validate().map_err(|e| format!("QIM_REDIS_NAMESPACE: {e}"))?;
         }
         let policy =

@@ -48,7 +48,7 @@ impl RunningWriter {
 pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow::Result<RunningWriter> {
     let metrics = telemetry::install_metrics();
     crate::metrics::describe();
-    let stores = backend::open(&config.backend, config.policy).await?;
+    let stores = backend::open(&config.backend, config.policy, config.hot_window_days).await?;
     let publisher = Arc::new(
         KafkaPublisher::new(&config.kafka_brokers, &config.messages_topic).context("creating the kafka producer")?,
     );

@@ -48,7 +48,9 @@ boundaries! {
 /// A store on the same data as `config`'s writer, to observe commit states.
 async fn observer(config: &WriterConfig) -> Arc<dyn MessageStore> {
     match &config.backend {
-        Backend::Redis(r) => Arc::new(RedisMessageStore::open(r, config.policy, Arc::new(SystemClock)).await.unwrap()),
+        Backend::Redis { redis: r, .. } => {
+            Arc::new(RedisMessageStore::open(r, config.policy, Arc::new(SystemClock)).await.unwrap())
+        }
         Backend::Scylla(s) => {
             Arc::new(ScyllaMessageStore::connect(s, config.policy, Arc::new(SystemClock)).await.unwrap())
         }

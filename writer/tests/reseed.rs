@@ -28,7 +28,7 @@ async fn after_redis_lost_its_state_the_next_seq_continues_from_kafka() {
             w.post("/v1/messages", &send_body(tenant, conversation, alice, &format!("a{n}"), "x")).await;
         assert_eq!((status, answer["conversation_seq"].as_u64()), (200, Some(n)), "{answer}");
     }
-    let Backend::Redis(redis) = &w.config.backend else { unreachable!() };
+    let Backend::Redis { redis, .. } = &w.config.backend else { unreachable!() };
     let wiped = wipe_namespace(&redis.url, &redis.namespace).await;
     assert!(wiped > 0, "the writer's state was in its namespace");
     let (status, readyz) = w.get("/readyz").await;

@@ -88,7 +88,10 @@ async fn scylla_config() -> ScyllaConfig {
 /// A writer configuration for one test: its own namespace and topic, port 0, fast recovery.
 pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
     let backend = match kind {
-        Kind::Redis => Backend::Redis(RedisConfig { url: redis_url(), namespace: unique("wt") }),
+        Kind::Redis => Backend::Redis {
+            redis: RedisConfig { url: redis_url(), namespace: unique("wt") },
+            archive: scylla_config().await,
+        },
         Kind::Scylla => Backend::Scylla(scylla_config().await),
     };
     WriterConfig {
@@ -222,7 +225,7 @@ pub fn read_topic(topic: &str) -> Vec<MessageRecord> {
 
 /// Runs the real binary; `failpoints` as the `FAILPOINTS` variable.
 pub fn spawn_writer(config: &WriterConfig, port: u16, failpoints: Option<&str>) -> Child {
-    let Backend::Redis(redis) = &config.backend else { unreachable!("the binary case runs on redis") };
+    let Backend::Redis { redis, archive } = &config.backend else { unreachable!("the binary case runs on redis") };
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_qim-writer"));
     for (name, _) in std::env::vars().filter(|(k, _)| k.starts_with("QIM_") || k == "FAILPOINTS") {
         cmd.env_remove(name);
@@ -231,6 +234,11 @@ pub fn spawn_writer(config: &WriterConfig, port: u16, failpoints: Option<&str>) 
         .env("QIM_STORE_BACKEND", "redis")
         .env("QIM_REDIS_URL", &redis.url)
         .env("QIM_REDIS_NAMESPACE", &redis.namespace)
+        .env("QIM_SCYLLA_HOSTS", archive.hosts.join(","))
+        .env("QIM_SCYLLA_KEYSPACE", &archive.keyspace)
+        .env("QIM_SCYLLA_DC", &archive.local_dc)
+        .env("QIM_SCYLLA_RF", archive.replication_factor.to_string())
+        .env("QIM_SCYLLA_DEV_SINGLE_NODE", "true")
         .env("QIM_KAFKA_BROKERS", &config.kafka_brokers)
         .env("QIM_MESSAGES_TOPIC", &config.messages_topic)
         .env("QIM_WRITER_HTTP_ADDR", format!("127.0.0.1:{port}"))

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
+use qim_store::scylla::{migrate, open_session, ScyllaConfig};
 use qim_writer::config::{Backend, WriterConfig};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -148,8 +149,20 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let id = std::process::id();
     let (topic, namespace) = (format!("qim.bench.writer.{id}"), format!("qimbenchw{id}"));
     create_topic(&brokers, &topic).await.context("creating the benchmark topic (is the stack up?)")?;
+    // The writer reads older history from the archive: a migrated single-node keyspace.
+    let archive = ScyllaConfig {
+        hosts: args.scylla_hosts.split(',').map(str::to_owned).collect(),
+        keyspace: "qim_bench_writer".to_owned(),
+        local_dc: "datacenter1".to_owned(),
+        replication_factor: 1,
+    };
+    let session = open_session(&archive).await.context("connecting to cassandra (is the stack up?)")?;
+    migrate(&session, &archive).await?;
     let config = WriterConfig {
-        backend: Backend::Redis(RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() }),
+        backend: Backend::Redis {
+            redis: RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() },
+            archive: archive.clone(),
+        },
         kafka_brokers: brokers.clone(),
         messages_topic: topic.clone(),
         policy: RetentionPolicy::with_default_days(30)?,
