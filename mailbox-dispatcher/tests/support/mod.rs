@@ -97,7 +97,7 @@ async fn create_topics(topics: &[(&str, i32)]) {
 }
 
 /// A fresh, migrated Scylla keyspace (RF from the test environment).
-async fn scylla_keyspace() -> ScyllaConfig {
+pub async fn scylla_keyspace() -> ScyllaConfig {
     let config = ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("{e}"));
     let session = open_session(&config).await.unwrap_or_else(|e| panic!("{e}; {HINT}"));
     migrate(&session, &config).await.unwrap_or_else(|e| panic!("migrating {}: {e}", config.keyspace));

@@ -1,0 +1,102 @@
+//! The whole path through the public APIs: members added through the writer's admin API, two
+//! messages sent (one retried) through the writer, and every member reads exactly those two
+//! entries, in conversation order, from the dispatcher's mailbox API.
+
+mod support;
+
+use std::time::Duration;
+
+use qim_mailbox_dispatcher::config::Backend;
+use qim_store::ids::{ConversationId, TenantId};
+use qim_store::retention::RetentionPolicy;
+use qim_writer::config::{Backend as WriterBackend, WriterConfig};
+use serde_json::{json, Value};
+use support::{fresh, users, Fixture, Kind, TOKEN};
+
+async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
+    let f = Fixture::new(kind).await;
+    let backend = match &f.config.backend {
+        // The writer reads older history from a Scylla archive behind its Redis hot tier.
+        Backend::Redis(r) => WriterBackend::Redis { redis: r.clone(), archive: support::scylla_keyspace().await },
+        Backend::Scylla(s) => WriterBackend::Scylla(s.clone()),
+    };
+    let config = WriterConfig {
+        backend,
+        kafka_brokers: support::brokers(),
+        messages_topic: f.config.kafka.messages_topic.clone(),
+        policy: RetentionPolicy::with_default_days(30).unwrap(),
+        hot_window_days: 7,
+        http_addr: "127.0.0.1:0".parse().unwrap(),
+        max_body_bytes: 4096,
+        max_in_flight: 64,
+        recovery_grace: Duration::from_secs(1),
+        recovery_interval: Duration::from_secs(1),
+        api_token: Some(TOKEN.to_owned()),
+        log: "warn".to_owned(),
+    };
+    let stop_writer = tokio_util::sync::CancellationToken::new();
+    let writer = qim_writer::serve::start(config, stop_writer.clone()).await.expect("the writer starts");
+    let w = format!("http://{}", writer.addr);
+    let d = f.start().await;
+    let http = reqwest::Client::new();
+    let post = |path: String, body: Value| {
+        let http = http.clone();
+        async move {
+            let r = http.post(path).bearer_auth(TOKEN).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+
+    let (tenant, conversation) = (fresh(TenantId), fresh(ConversationId));
+    let members = users(40);
+    let hex: Vec<String> = members.iter().map(|u| u.to_hex()).collect();
+    let (status, body) =
+        post(format!("{w}/v1/tenants/{tenant}/conversations/{conversation}/members/add"), json!({ "users": hex }))
+            .await;
+    assert_eq!(status, 200, "{body}");
+
+    let send = |client_id: &str, text: &str| {
+        json!({ "tenant": tenant.to_hex(), "conversation": conversation.to_hex(), "sender": members[0].to_hex(),
+                "client_message_id": client_id, "body": text })
+    };
+    let (status, first) = post(format!("{w}/v1/messages"), send("c-1", "hello")).await;
+    assert_eq!(status, 200, "{first}");
+    let (status, again) = post(format!("{w}/v1/messages"), send("c-1", "hello")).await;
+    assert_eq!((status, &again), (200, &first), "a retry is answered identically");
+    let (status, second) = post(format!("{w}/v1/messages"), send("c-2", "world")).await;
+    assert_eq!(status, 200, "{second}");
+    let want = [first["message_id"].clone(), second["message_id"].clone()];
+
+    for u in &members {
+        let path = format!("/v1/tenants/{tenant}/users/{u}/mailbox");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let page = loop {
+            let (status, page) = d.get(&path).await;
+            assert_eq!(status, 200, "{page}");
+            if page["entries"].as_array().is_some_and(|e| e.len() >= 2) {
+                break page;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{u} did not read both messages within 60 s: {page}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let got: Vec<Value> = page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["events"][0]["message"]["message_id"].clone())
+            .collect();
+        assert_eq!(got, want, "{u}: each message once, in conversation order");
+        let seqs: Vec<u64> = page["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["events"][0]["message"]["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seqs, [first["conversation_seq"].as_u64().unwrap(), second["conversation_seq"].as_u64().unwrap()]);
+    }
+    d.stop().await;
+    stop_writer.cancel();
+    writer.wait().await.expect("the writer stops cleanly");
+}
+
+both_backends!(members_added_and_messages_sent_through_the_writer);
