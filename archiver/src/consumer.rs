@@ -164,6 +164,7 @@ impl ConsumerLoop {
         };
         match outcome {
             Outcome::Done if self.rebalances.owns(partition, epoch) => {
+                crate::failpoint::crash_point("archiver::before_store_offset");
                 // librdkafka stores `offset + 1`: the group resumes after the last durable record.
                 if let Err(e) = self.consumer.store_offset(&self.topic, partition, batch.last_offset) {
                     tracing::warn!(partition, error = %e, "storing an offset failed; the batch will be consumed again");

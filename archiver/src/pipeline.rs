@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::batch::PartitionBatch;
 use crate::dlq::DeadLetters;
+use crate::failpoint::crash_point;
 use crate::metrics::{BATCHES, BATCH_SECONDS, DEAD_LETTERS, END_TO_END_SECONDS, RECORDS, RETENTION_MISMATCH, RETRIES};
 use crate::watermark::Watermarks;
 
@@ -125,6 +126,7 @@ impl Processor {
             }
         }
         progress.dead_lettered = true;
+        crash_point("archiver::after_dead_letter");
         let records: Vec<MessageRecord> = batch.valid.iter().map(|v| v.record.clone()).collect();
         if !progress.archived && !records.is_empty() {
             match self.archive.archive_records(&records, self.write_concurrency).await {
@@ -147,7 +149,7 @@ impl Processor {
         }
         progress.archived = true;
         // Tests park a batch here (rows durable, offset not stored) to kill the process.
-        fail::fail_point!("archiver::after_archive");
+        crash_point("archiver::after_archive");
         if !progress.watermarked {
             if let Some(watermarks) = &self.watermarks {
                 watermarks.observe(&records).await.map_err(|e| match e.kind().is_retryable() {
@@ -157,6 +159,7 @@ impl Processor {
             }
         }
         progress.watermarked = true;
+        crash_point("archiver::after_watermark");
         Ok(())
     }
 

@@ -17,7 +17,8 @@
 //! - [`worker`]: dispatch records → mailbox entries and watermarks ([`worker::window`] is the
 //!   pure bookkeeping, [`worker::pipeline`] the scheduling, [`worker::steps`] the store steps);
 //! - [`api`]: the mailbox read API; [`kafka`]: consumer/producer plumbing; [`retry`]: backoff;
-//! - [`backend`]: opening the stores; [`serve`]: startup, run and shutdown; [`metrics`]: names.
+//! - [`backend`]: opening the stores; [`serve`]: startup, run and shutdown; [`metrics`]: names;
+//! - [`failpoint`]: the crash points the fault-injection suite arms.
 //!
 //! Retention: entries expire `QIM_MAILBOX_RETENTION_DAYS` after their message was created (to
 //! the end of that UTC day); the store keeps a per-user proof of what expired, so a cursor in an
@@ -26,6 +27,7 @@
 pub mod api;
 pub mod backend;
 pub mod config;
+pub mod failpoint;
 pub mod kafka;
 pub mod metrics;
 pub mod retry;

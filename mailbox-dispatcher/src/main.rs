@@ -4,6 +4,9 @@ use std::process::ExitCode;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Crash points (`FAILPOINTS=dispatcher::worker_after_begin=return(abort)`) are live only with
+    // the `failpoints` feature (on in test builds of the workspace).
+    let _failpoints = fail::FailScenario::setup();
     let mut args = std::env::args().skip(1).peekable();
     match args.peek().map(String::as_str) {
         None | Some("run") => match qim_mailbox_dispatcher::serve::main().await {

@@ -219,6 +219,7 @@ impl Router {
             tracing::debug!(partition, offset, "abandoned message, offset not stored");
             return;
         }
+        crate::failpoint::crash_point("dispatcher::router_before_store_offset");
         if let Err(e) = self.consumer.store_offset(&self.kafka.messages_topic, partition, offset) {
             tracing::debug!(partition, offset, error = %e, "storing an offset failed (revoked?)");
         }

@@ -339,6 +339,7 @@ impl Pipeline {
         }
         let offset = i64::try_from(last).unwrap_or(i64::MAX);
         let partition = i32::from(self.shard.0);
+        crate::failpoint::crash_point("dispatcher::worker_before_store_offset");
         if let Err(e) = self.ctx.consumer.store_offset(&self.ctx.kafka.dispatch_topic, partition, offset) {
             tracing::debug!(shard = self.shard.0, offset, error = %e, "storing an offset failed (revoked?)");
         }

@@ -92,6 +92,7 @@ pub async fn begin(ctx: Arc<ShardContext>, shard: ShardId, record: Record, cance
             return refuse(&ctx, shard, &record, e.kind().as_str(), outcome, &cancel).await;
         }
     };
+    crate::failpoint::crash_point("dispatcher::worker_after_begin");
     if !receipt.duplicate {
         counter!(DISPATCHES, "outcome" => "begun").increment(1);
         return Begun::Dispatch { receipt, manifest, completed: None };
@@ -167,11 +168,13 @@ pub async fn write_chunk(store: Arc<dyn MailboxStore>, job: ChunkJob, cancel: Ca
     let written =
         retry_store("append_chunk", &cancel, never, || store.append_chunk(&job.receipt, &job.manifest, chunk));
     let Some(Ok(entries)) = written.await else { return ChunkDone { offset, chunk, completed: false } };
+    crate::failpoint::crash_point("dispatcher::worker_after_chunk_write");
     let marked =
         retry_store("mark_chunk_completed", &cancel, never, || store.mark_chunk_completed(job.receipt.id, chunk));
     if !matches!(marked.await, Some(Ok(()))) {
         return ChunkDone { offset, chunk, completed: false };
     }
+    crate::failpoint::crash_point("dispatcher::worker_after_chunk_complete");
     counter!(ENTRIES_WRITTEN).increment(entries as u64);
     histogram!(CHUNK_SECONDS).record(started.elapsed().as_secs_f64());
     ChunkDone { offset, chunk, completed: true }
@@ -184,7 +187,9 @@ pub async fn advance(
     lane: LaneId,
     target: u64,
 ) -> (LaneId, StoreResult<LaneWatermark>) {
-    (lane, store.advance_watermark(shard, lane, target).await)
+    let advanced = store.advance_watermark(shard, lane, target).await;
+    crate::failpoint::crash_point("dispatcher::worker_after_advance");
+    (lane, advanced)
 }
 
 /// Reads every lane's watermark of `shard` (where an earlier owner left them).
