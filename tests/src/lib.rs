@@ -1,4 +1,5 @@
 //! qim-tests
 pub mod compose;
+pub mod services;
 pub mod stack;
 pub mod workload;

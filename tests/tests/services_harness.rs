@@ -1,0 +1,42 @@
+//! The service harness against the real stack: the three binaries start on an isolated run,
+//! a small workload goes through the writer, the pipeline converges, a killed service restarts,
+//! and SIGTERM stops everything with exit 0.
+
+use std::time::Duration;
+
+use qim_tests::services::{Pipeline, PipelineEnv, ServiceBinaries};
+use qim_tests::workload::{self, Plan, PlannedSend};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pipeline_starts_converges_restarts_and_stops() {
+    let bins = ServiceBinaries::locate().expect("service binaries");
+    let env = PipelineEnv::fresh("harness").await.expect("a fresh run (is the stack up?)");
+    let mut pipeline = Pipeline::start(&bins, &env).await.expect("the pipeline starts");
+
+    let plan = Plan::generate(11, 60, 5, &[40], 7);
+    let report = workload::run(pipeline.writer.base_url(), None, &plan, 8, true).await.expect("the workload runs");
+    assert_eq!(report.acks.len(), 60);
+    assert_eq!(report.retries_mismatched, 0);
+    pipeline.converge(&report.acks, Duration::from_secs(60)).await.expect("converges");
+
+    let first = pipeline.archiver.pid();
+    pipeline.archiver.kill9().await;
+    assert!(!pipeline.archiver.is_running());
+    pipeline.archiver.restart(&[]).await.expect("the archiver restarts");
+    assert_ne!(pipeline.archiver.pid(), first);
+    assert_eq!(pipeline.archiver.starts(), 2);
+
+    let sends = plan.sends[..20]
+        .iter()
+        .map(|s| PlannedSend {
+            client_message_id: format!("{}-after-restart", s.client_message_id),
+            retry: false,
+            ..s.clone()
+        })
+        .collect();
+    let more = Plan { tenant: plan.tenant.clone(), conversations: plan.conversations.clone(), sends };
+    let second = workload::run(pipeline.writer.base_url(), None, &more, 4, true).await.expect("more sends");
+    let all: Vec<_> = report.acks.iter().chain(&second.acks).cloned().collect();
+    pipeline.converge(&all, Duration::from_secs(60)).await.expect("converges again");
+    pipeline.stop().await.expect("every service exits 0 on SIGTERM");
+}
