@@ -34,7 +34,7 @@ const PARTITIONS: i32 = 8;
 
 /// `n` default-retention records over `conversations` conversations of one fresh tenant, seqs
 /// ascending per conversation, as the writer would publish them.
-fn records(n: u64, conversations: usize, payload: usize, policy: &RetentionPolicy) -> Vec<MessageRecord> {
+pub fn records(n: u64, conversations: usize, payload: usize, policy: &RetentionPolicy) -> Vec<MessageRecord> {
     let tenant = TenantId(uuid_like(u128::from(n) ^ (u128::from(std::process::id()) << 64)));
     let now = UnixMillis::now();
     (0..n)
@@ -99,13 +99,14 @@ async fn fill_topic(brokers: &str, topic: &str, records: &[MessageRecord]) -> an
 }
 
 /// The archive's three inserts, prepared as the store prepares them.
-struct Inserts {
+pub struct Inserts {
     record: PreparedStatement,
     index: PreparedStatement,
     expiry: PreparedStatement,
 }
 
-async fn prepare(session: &Session, ks: &str) -> anyhow::Result<Inserts> {
+/// Prepares the archive's three inserts in keyspace `ks`.
+pub async fn prepare(session: &Session, ks: &str) -> anyhow::Result<Inserts> {
     let prepare = |cql: String| async move {
         let mut s = session.prepare(cql).await?;
         s.set_consistency(Consistency::LocalQuorum);
@@ -132,7 +133,7 @@ async fn prepare(session: &Session, ks: &str) -> anyhow::Result<Inserts> {
 }
 
 /// The raw loop: per record its record row, then its index and expiry rows together.
-async fn raw_loop(
+pub async fn raw_loop(
     session: Arc<Session>,
     inserts: Arc<Inserts>,
     records: Arc<Vec<MessageRecord>>,

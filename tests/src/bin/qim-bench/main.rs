@@ -8,16 +8,21 @@
 //! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- archiver [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- dispatcher [--backend redis|scylla|both] [--members M]
+//! cargo build --release -p qim-writer -p qim-archiver -p qim-mailbox-dispatcher \
+//!   && cargo run --release -p qim-tests --bin qim-bench -- pipeline [--count N] [--json FILE]
 //! ```
 //!
 //! Options: `--count` commits (default 20000), `--concurrency` tasks in flight (64),
 //! `--conversations` (256), `--payload` bytes (200), `--redis-url` (redis://127.0.0.1:6379/0),
 //! `--scylla-hosts` (127.0.0.1:9042), `--backend` (dispatcher: `both`), `--members` (dispatcher:
 //! members per conversation; default two runs, 5000 and 500),
-//! `--json FILE` to also write the figures.
+//! `--json FILE` to also write the figures (`pipeline` always writes them, by default to
+//! `target/qim-bench-pipeline.json`).
 
 mod archiver;
+mod cpu;
 mod dispatcher;
+mod pipeline;
 mod redis;
 mod scylla;
 mod scylla_mailbox;
@@ -54,7 +59,7 @@ impl Args {
     fn parse(mut words: impl Iterator<Item = String>) -> anyhow::Result<(String, Self)> {
         let what = words
             .next()
-            .context("usage: qim-bench redis|scylla|writer|archiver|dispatcher [options] (see the module docs)")?;
+            .context("usage: qim-bench redis|scylla|writer|archiver|dispatcher|pipeline [options] (see the module docs)")?;
         let mut args = Args {
             count: 20_000,
             concurrency: 64,
@@ -161,10 +166,13 @@ async fn main() -> anyhow::Result<()> {
         "writer" => writer::run(&args).await?,
         "archiver" => archiver::run(&args).await?,
         "dispatcher" => dispatcher::run(&args).await?,
-        other => bail!("unknown benchmark {other:?} (known: redis, scylla, writer, archiver, dispatcher)"),
+        "pipeline" => pipeline::run(&args).await?,
+        other => bail!("unknown benchmark {other:?} (known: redis, scylla, writer, archiver, dispatcher, pipeline)"),
     };
-    if let Some(path) = &args.json {
+    let json = args.json.clone().or_else(|| (what == "pipeline").then(|| "target/qim-bench-pipeline.json".to_owned()));
+    if let Some(path) = &json {
         std::fs::write(path, serde_json::to_vec_pretty(&figures)?).with_context(|| format!("writing {path}"))?;
+        println!("figures written to {path}");
     }
     Ok(())
 }

@@ -75,7 +75,8 @@ async fn store_path(
     .await
 }
 
-async fn raw_path(conn: redis::aio::ConnectionManager, args: &Args, namespace: &str) -> anyhow::Result<Measurement> {
+/// The raw primitive: pipelined `EVALSHA`s of [`RAW_SCRIPT`] (a commit's writes in one call).
+pub async fn raw_path(conn: redis::aio::ConnectionManager, args: &Args, namespace: &str) -> anyhow::Result<Measurement> {
     let script = Arc::new(redis::Script::new(RAW_SCRIPT));
     let payload = Arc::new(vec![b'x'; args.payload]);
     let (ns, conversations) = (Arc::new(namespace.to_owned()), args.conversations as u64);
@@ -254,6 +255,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     }))
 }
 
+/// Unlinks every key under `namespace`.
 pub async fn cleanup(mut conn: redis::aio::ConnectionManager, namespace: &str) -> anyhow::Result<()> {
     let mut cursor: u64 = 0;
     loop {

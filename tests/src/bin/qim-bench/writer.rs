@@ -35,7 +35,8 @@ return seq
 /// How long the paced phase runs.
 const PACED_FOR: Duration = Duration::from_secs(10);
 
-async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+/// Creates `topic` with 8 partitions.
+pub async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     for r in admin.create_topics([&NewTopic::new(topic, 8, TopicReplication::Fixed(1))], &opts).await? {
@@ -44,14 +45,15 @@ async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn delete_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+/// Deletes `topic`.
+pub async fn delete_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
     admin.delete_topics(&[topic], &AdminOptions::new()).await?;
     Ok(())
 }
 
 /// The same producer settings as the writer's: idempotent, acks=all.
-fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
+pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
     Ok(ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
@@ -61,7 +63,9 @@ fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
         .create()?)
 }
 
-async fn raw_loop(args: &Args, brokers: &str, topic: &str, namespace: &str) -> anyhow::Result<Measurement> {
+/// The writer's floor: per send one `EVALSHA` with a commit's writes, one produce, and its
+/// delivery report.
+pub async fn raw_loop(args: &Args, brokers: &str, topic: &str, namespace: &str) -> anyhow::Result<Measurement> {
     let config = RedisConfig { url: args.redis_url.clone(), namespace: namespace.to_owned() };
     let conn = qim_store::redis::connect(&config).await?;
     let producer = producer(brokers)?;
