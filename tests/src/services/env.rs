@@ -20,7 +20,7 @@ pub const MESSAGE_PARTITIONS: i32 = 8;
 pub const MAILBOX_SHARDS: u16 = 4;
 
 /// The names and addresses of one isolated run. Nothing in it is shared with another run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PipelineEnv {
     /// The label the run was created with.
     pub label: String,
