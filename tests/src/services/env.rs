@@ -216,7 +216,12 @@ impl PipelineEnv {
         Ok(())
     }
 
-    async fn migrate(&self) -> anyhow::Result<()> {
+    /// Creates (or verifies) the run's keyspace and tables.
+    ///
+    /// # Errors
+    ///
+    /// Cassandra does not answer, or refuses the keyspace.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
         stack::connect_scylla().await?;
         let vars = self.service_env(ServiceKind::Archiver);
         let lookup = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());

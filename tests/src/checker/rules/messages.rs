@@ -149,8 +149,10 @@ fn check_against_topic(place: &str, r: &MessageRecord, t: &Topic, v: &mut Verdic
     }
 }
 
-/// TTL = remaining retention at the read, within a second either way; none for classes that
-/// never expire.
+/// The row must vanish within a second of the policy's expiry. The server keeps a row's
+/// deletion moment `D` in whole seconds and answers `TTL() = D − ⌊read time⌋`, so the read
+/// happened between `before` and `after` gives `D ∈ [ttl + ⌊before⌋, ttl + ⌊after⌋]`; some `D`
+/// there must lie within 1 s of the expiry. Classes that never expire carry no TTL.
 fn check_ttl(
     r: &MessageRecord,
     expected: Option<UnixMillis>,
@@ -170,15 +172,16 @@ fn check_ttl(
             v.violate(Invariant::Retention, format!("archived {} expires at {} but has no TTL", r.message_id, e.0))
         }
         (Some(e), Some(t)) => {
-            let lo = (e.0 - after) as f64 / 1000.0 - 1.0;
-            let hi = (e.0 - before) as f64 / 1000.0 + 1.0;
-            if (t as f64) < lo || (t as f64) > hi {
+            let expiry = e.0 as f64 / 1000.0;
+            let earliest = f64::from(t) + before.div_euclid(1000) as f64;
+            let latest = f64::from(t) + after.div_euclid(1000) as f64;
+            if earliest > expiry + 1.0 || latest < expiry - 1.0 {
                 v.violate(
                     Invariant::Retention,
                     format!(
-                        "archived {} has TTL {t} s, the remaining retention is {:.1} s",
+                        "archived {} has TTL {t} s: it vanishes {:+.1} s from the policy's expiry",
                         r.message_id,
-                        (e.0 - before) as f64 / 1000.0
+                        if earliest > expiry { earliest - expiry } else { latest - expiry }
                     ),
                 );
             }
