@@ -1,4 +1,5 @@
 //! qim-tests
+pub mod checker;
 pub mod compose;
 pub mod services;
 pub mod stack;

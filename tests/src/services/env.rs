@@ -20,7 +20,7 @@ pub const MESSAGE_PARTITIONS: i32 = 8;
 pub const MAILBOX_SHARDS: u16 = 4;
 
 /// The names and addresses of one isolated run. Nothing in it is shared with another run.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct PipelineEnv {
     /// The label the run was created with.
     pub label: String,
@@ -216,7 +216,12 @@ impl PipelineEnv {
         Ok(())
     }
 
-    async fn migrate(&self) -> anyhow::Result<()> {
+    /// Creates (or verifies) the run's keyspace and tables.
+    ///
+    /// # Errors
+    ///
+    /// Cassandra does not answer, or refuses the keyspace.
+    pub async fn migrate(&self) -> anyhow::Result<()> {
         stack::connect_scylla().await?;
         let vars = self.service_env(ServiceKind::Archiver);
         let lookup = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());

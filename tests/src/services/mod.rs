@@ -21,12 +21,14 @@ mod converge;
 mod env;
 mod pipeline;
 mod process;
+mod state;
 
 pub use binaries::{ServiceBinaries, BIN_DIR_ENV};
 pub use converge::{consumer_group_lag, metric_values, Lag};
 pub use env::{PipelineEnv, RUN_DIR_ENV};
 pub use pipeline::Pipeline;
 pub use process::Service;
+pub use state::{recreate_keyspace, rewind_group, run_command, wipe_redis_namespace};
 
 /// One of the three services.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -32,6 +32,11 @@ impl Pipeline {
         Ok(Pipeline { writer, archiver, dispatcher, env: env.clone() })
     }
 
+    /// Assembles a pipeline from services started one by one (e.g. after a rebuild).
+    pub fn from_services(writer: Service, archiver: Service, dispatcher: Service, env: &PipelineEnv) -> Pipeline {
+        Pipeline { writer, archiver, dispatcher, env: env.clone() }
+    }
+
     /// The run this pipeline belongs to.
     pub fn env(&self) -> &PipelineEnv {
         &self.env

@@ -1,0 +1,99 @@
+//! The rules, pure functions of what was expected and what was observed.
+
+mod mailboxes;
+mod messages;
+
+use super::verdict::Verdict;
+use super::{Expect, Observed};
+
+pub use mailboxes::EPOCH;
+
+/// Applies every rule.
+pub fn evaluate(x: &Expect, obs: &Observed) -> Verdict {
+    let mut v = Verdict::default();
+    let topic = messages::check_topic(obs, &mut v);
+    messages::check_stores(x, obs, &topic, &mut v);
+    let alive = messages::check_acks(x, obs, &topic, &mut v);
+    mailboxes::check_mailboxes(x, obs, &topic, &alive, &mut v);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
+    use qim_store::message::{MessageKind, MessageRecord};
+    use qim_store::retention::{RetentionClass, RetentionPolicy};
+    use qim_store::topic::encode_message;
+
+    use super::*;
+    use crate::checker::kafka::RawRecord;
+    use crate::checker::verdict::Invariant;
+
+    fn record(seq: u64, id: u8) -> MessageRecord {
+        MessageRecord {
+            tenant: TenantId([1; 16]),
+            conversation: ConversationId([2; 16]),
+            seq: ConversationSeq(seq),
+            message_id: MessageId([id; 16]),
+            sender: UserId([3; 16]),
+            client_message_id: ClientMessageId::new(format!("c{id}")).unwrap(),
+            kind: MessageKind::Normal,
+            retention: RetentionClass::ComplianceHold,
+            created_at: UnixMillis(1_000),
+            expires_at: None,
+            payload: b"hi".to_vec(),
+        }
+    }
+
+    fn raw(r: &MessageRecord, offset: i64) -> RawRecord {
+        let e = encode_message(r);
+        RawRecord { partition: 0, offset, key: Some(e.key.to_vec()), value: Some(e.value), headers: HashMap::new() }
+    }
+
+    fn expect() -> Expect {
+        Expect {
+            acks: Vec::new(),
+            members: HashMap::new(),
+            retries_mismatched: 0,
+            policy: RetentionPolicy::with_default_days(30).unwrap(),
+            hot_exempt_before: None,
+            hot_window_days: 7,
+            shards: 4,
+        }
+    }
+
+    fn observed(messages: Vec<RawRecord>, hot: Vec<MessageRecord>) -> Observed {
+        Observed {
+            messages,
+            dispatches: Vec::new(),
+            archive: Vec::new(),
+            hot,
+            mailboxes: HashMap::new(),
+            watermarks: Vec::new(),
+            now: UnixMillis(2_000),
+        }
+    }
+
+    #[test]
+    fn a_reissued_seq_a_filled_hole_and_physical_duplicates_are_told_apart() {
+        let (a, b, c) = (record(1, 10), record(1, 11), record(3, 12));
+        let obs = observed(vec![raw(&a, 0), raw(&a, 1), raw(&b, 2), raw(&c, 3)], vec![record(2, 13)]);
+        let v = evaluate(&expect(), &obs);
+        assert_eq!(v.counts.kafka_physical_duplicates, 1, "{v}");
+        assert_eq!(v.counts.holes, 1, "{v}");
+        assert!(v.of(Invariant::LogicalDuplicate).any(|x| x.detail.contains("seq 1 of")), "{v}");
+        assert!(v.of(Invariant::Hole).any(|x| x.detail.contains(&MessageId([13; 16]).to_hex())), "{v}");
+    }
+
+    #[test]
+    fn a_clean_topic_passes_and_garbage_is_corrupt() {
+        let obs = observed(vec![raw(&record(1, 10), 0), raw(&record(2, 11), 1)], Vec::new());
+        assert!(evaluate(&expect(), &obs).is_ok());
+        let mut bad = raw(&record(3, 12), 2);
+        bad.value = Some(vec![0xff, 1, 2]);
+        let v = evaluate(&expect(), &observed(vec![bad], Vec::new()));
+        assert!(v.of(Invariant::Corrupt).any(|x| x.detail.starts_with("messages 0/2")), "{v}");
+    }
+}
