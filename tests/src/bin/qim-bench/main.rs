@@ -57,9 +57,9 @@ pub struct Args {
 
 impl Args {
     fn parse(mut words: impl Iterator<Item = String>) -> anyhow::Result<(String, Self)> {
-        let what = words
-            .next()
-            .context("usage: qim-bench redis|scylla|writer|archiver|dispatcher|pipeline [options] (see the module docs)")?;
+        let what = words.next().context(
+            "usage: qim-bench redis|scylla|writer|archiver|dispatcher|pipeline [options] (see the module docs)",
+        )?;
         let mut args = Args {
             count: 20_000,
             concurrency: 64,

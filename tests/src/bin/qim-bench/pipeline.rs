@@ -138,6 +138,7 @@ struct Run {
     archiver_per_second: f64,
     dispatcher_per_second: f64,
     cpu: BTreeMap<&'static str, Cpu>,
+    phase_seconds: BTreeMap<&'static str, f64>,
     idle_per_second: Cpu,
 }
 
@@ -152,11 +153,12 @@ async fn pipeline(args: &Args, bins: &ServiceBinaries, env: &PipelineEnv, plan: 
         .into_iter()
         .map(|(n, s)| (n, s / IDLE_FOR.as_secs_f64()))
         .collect();
-    let mut cpu = BTreeMap::new();
+    let (mut cpu, mut phase_seconds) = (BTreeMap::new(), BTreeMap::new());
 
-    let before = Sample::take(&processes(&mut p));
+    let (before, began) = (Sample::take(&processes(&mut p)), Instant::now());
     let report = workload::run(p.writer.base_url(), None, plan, args.concurrency, false).await?;
     cpu.insert("writer", Sample::take(&processes(&mut p)).since(&before));
+    phase_seconds.insert("writer", began.elapsed().as_secs_f64());
     let mut latencies = report.latencies.clone();
     let writer = Measurement {
         per_second: report.acks.len() as f64 / report.wall.as_secs_f64(),
@@ -165,7 +167,7 @@ async fn pipeline(args: &Args, bins: &ServiceBinaries, env: &PipelineEnv, plan: 
     };
     let in_topic = consumer_group_lag(&env.kafka_brokers, &env.archiver_group, &env.messages_topic).await?.end;
 
-    let before = Sample::take(&processes(&mut p));
+    let (before, began) = (Sample::take(&processes(&mut p)), Instant::now());
     p.archiver.restart(&[]).await?;
     let stop = CancellationToken::new();
     let url = format!("{}/metrics", p.archiver.base_url());
@@ -183,8 +185,9 @@ async fn pipeline(args: &Args, bins: &ServiceBinaries, env: &PipelineEnv, plan: 
     stop.cancel();
     let (archiver_per_second, _) = rate(&sampler.await?);
     cpu.insert("archiver", Sample::take(&processes(&mut p)).since(&before));
+    phase_seconds.insert("archiver", began.elapsed().as_secs_f64());
 
-    let before = Sample::take(&processes(&mut p));
+    let (before, began) = (Sample::take(&processes(&mut p)), Instant::now());
     p.dispatcher.restart(&[]).await?;
     let stop = CancellationToken::new();
     let url = format!("{}/metrics", p.dispatcher.base_url());
@@ -194,9 +197,19 @@ async fn pipeline(args: &Args, bins: &ServiceBinaries, env: &PipelineEnv, plan: 
     stop.cancel();
     let (dispatcher_per_second, entries) = rate(&sampler.await?);
     cpu.insert("dispatcher", Sample::take(&processes(&mut p)).since(&before));
+    phase_seconds.insert("dispatcher", began.elapsed().as_secs_f64());
     p.stop().await?;
     let messages = report.acks.len();
-    Ok(Run { messages, entries, writer, archiver_per_second, dispatcher_per_second, cpu, idle_per_second })
+    Ok(Run {
+        messages,
+        entries,
+        writer,
+        archiver_per_second,
+        dispatcher_per_second,
+        cpu,
+        phase_seconds,
+        idle_per_second,
+    })
 }
 
 /// Runs the raw primitives and the pipeline, prints the comparison and the CPU per message.
@@ -227,7 +240,11 @@ fn report(args: &Args, env: &PipelineEnv, raw: &Raw, run: &Run) -> anyhow::Resul
     row("raw prepared CQL inserts, per archived record (3 rows)", &raw.cql);
     row("writer: sends committed over HTTP", m);
     println!("  {:<58} {:>10.0}", "archiver: records archived", run.archiver_per_second);
-    println!("  {:<58} {:>10.0}", format!("dispatcher: mailbox entries ({:.0} in all)", run.entries), run.dispatcher_per_second);
+    println!(
+        "  {:<58} {:>10.0}",
+        format!("dispatcher: mailbox entries ({:.0} in all)", run.entries),
+        run.dispatcher_per_second
+    );
     let ratios = serde_json::json!({
         "writer_over_raw_commit": m.per_second / raw.commit.per_second,
         "writer_over_raw_evalsha": m.per_second / raw.evalsha.per_second,
@@ -236,17 +253,27 @@ fn report(args: &Args, env: &PipelineEnv, raw: &Raw, run: &Run) -> anyhow::Resul
         "dispatcher_entries_over_raw_evalsha": run.dispatcher_per_second / raw.evalsha.per_second,
     });
     println!("  ratios: {ratios}");
-    let mut per_process: BTreeMap<String, f64> = BTreeMap::new();
-    for phase in run.cpu.values() {
-        for (name, s) in phase {
+    // Per process over all phases: measured, and net of what it burnt idle (others' load on
+    // the shared stack) over the same time.
+    let (mut per_process, mut net): (BTreeMap<String, f64>, BTreeMap<String, f64>) = Default::default();
+    for (phase, used) in &run.cpu {
+        let seconds = run.phase_seconds.get(phase).copied().unwrap_or(0.0);
+        for (name, s) in used {
             *per_process.entry(name.clone()).or_default() += s;
+            let idle = run.idle_per_second.get(name).copied().unwrap_or(0.0) * seconds;
+            *net.entry(name.clone()).or_default() += (s - idle).max(0.0);
         }
     }
-    let total: f64 = per_process.values().sum();
-    println!("  CPU per message, all phases (µs): {:.0} in all", total * 1e6 / n);
+    let (total, total_net): (f64, f64) = (per_process.values().sum(), net.values().sum());
+    println!(
+        "  CPU per message over all phases (µs): {:.0} measured, {:.0} net of the servers' idle use",
+        total * 1e6 / n,
+        total_net * 1e6 / n
+    );
     for (name, s) in &per_process {
-        let idle = run.idle_per_second.get(name).map_or(String::new(), |r| format!(" (idle: {:.0}% of a core)", r * 100.0));
-        println!("    {name:<12} {:>8.0}{idle}", s * 1e6 / n);
+        let idle =
+            run.idle_per_second.get(name).map_or(String::new(), |r| format!("  (idle: {:.0}% of a core)", r * 100.0));
+        println!("    {name:<12} {:>8.0} {:>8.0}{idle}", s * 1e6 / n, net[name] * 1e6 / n);
     }
     Ok(serde_json::json!({
         "run": env.name, "messages": run.messages, "mailbox_entries": run.entries,
@@ -265,6 +292,9 @@ fn report(args: &Args, env: &PipelineEnv, raw: &Raw, run: &Run) -> anyhow::Resul
         "cpu_seconds_by_phase": run.cpu,
         "cpu_us_per_message": per_process.iter().map(|(k, s)| (k.clone(), s * 1e6 / n)).collect::<BTreeMap<_, _>>(),
         "cpu_us_per_message_total": total * 1e6 / n,
+        "cpu_us_per_message_net": net.iter().map(|(k, s)| (k.clone(), s * 1e6 / n)).collect::<BTreeMap<_, _>>(),
+        "cpu_us_per_message_net_total": total_net * 1e6 / n,
+        "phase_seconds": run.phase_seconds,
         "idle_cpu_cores_before": run.idle_per_second,
     }))
 }

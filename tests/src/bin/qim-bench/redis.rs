@@ -76,7 +76,11 @@ async fn store_path(
 }
 
 /// The raw primitive: pipelined `EVALSHA`s of [`RAW_SCRIPT`] (a commit's writes in one call).
-pub async fn raw_path(conn: redis::aio::ConnectionManager, args: &Args, namespace: &str) -> anyhow::Result<Measurement> {
+pub async fn raw_path(
+    conn: redis::aio::ConnectionManager,
+    args: &Args,
+    namespace: &str,
+) -> anyhow::Result<Measurement> {
     let script = Arc::new(redis::Script::new(RAW_SCRIPT));
     let payload = Arc::new(vec![b'x'; args.payload]);
     let (ns, conversations) = (Arc::new(namespace.to_owned()), args.conversations as u64);
