@@ -323,14 +323,6 @@ impl RedisMessageStore {
         }
     }
 
-    /// Replaces the commit `read` (as read) with `next`, if it is still unchanged.
-    async fn swap(&self, key: &CommitKey, read: &[u8], next: &Commit, redis_ttl_millis: i64) -> StoreResult<()> {
-        let mut invocation = scripts::COMMIT_CAS.key(self.keys.commit(key));
-        invocation.arg(read).arg(encode_commit(next)).arg(redis_ttl_millis);
-        let reply = invoke(&self.con, "advancing a commit", &invocation).await?;
-        expect_ok("message_commit_cas", &Described(key), reply)
-    }
-
     /// Deletes the commit `read` if it is still unchanged; `false` when it was already gone
     /// or changed (a reuse of the key).
     async fn delete_commit(&self, key: &CommitKey, read: &[u8]) -> StoreResult<bool> {
@@ -427,8 +419,17 @@ impl RedisMessageStore {
         };
         let mut next = reserved;
         next.state = CommitState::Recorded;
-        self.swap(key, &read, &next, 0).await?;
-        self.inflight.remember(next.clone(), false);
+        // The transition and the hot-tier registrations, one round trip: the record exists (just
+        // written or found identical), so registering it is right whatever the CAS answers; a
+        // CAS that lands without them leaves them to `mark_committed`.
+        let mut batch = Batch::default();
+        self.cas(&mut batch, key, &read, &next, 0);
+        self.hot_tier_registrations(&next.intent, &mut batch);
+        let mut replies = run(&self.con, "recording a commit", batch).await?.into_iter();
+        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
+        self.cas_outcome(key, cas)?;
+        let registered = replies.all(|r| r.is_ok());
+        self.inflight.remember(next.clone(), registered);
         Ok(next)
     }
 
@@ -463,44 +464,96 @@ impl RedisMessageStore {
 
     /// `mark_outbox_published` after the publication was checked.
     async fn outbox(&self, key: &CommitKey, message_id: MessageId, publication: Publication) -> StoreResult<Commit> {
-        let known = self
-            .inflight
-            .get(key)
-            .filter(|k| k.commit.state == CommitState::Recorded && k.commit.intent.message_id == message_id);
-        let (current, read) = match known {
-            Some(k) => (k.commit.clone(), encode_commit(&k.commit)),
+        let (current, read, registered) = self.recorded(key, message_id).await?;
+        let mut next = current;
+        next.intent.publication = Some(publication);
+        next.state = CommitState::Outboxed;
+        // The transition, with the hot-tier registrations unless this store saw them succeed
+        // at RECORDED: the record exists (the commit is past RECORDED), so registering it is
+        // right whatever the CAS answers; a CAS that lands without them leaves them to
+        // `mark_committed`.
+        let mut batch = Batch::default();
+        self.cas(&mut batch, key, &read, &next, 0);
+        if !registered {
+            self.hot_tier_registrations(&next.intent, &mut batch);
+        }
+        let mut replies = run(&self.con, "publishing a commit", batch).await?.into_iter();
+        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
+        self.cas_outcome(key, cas)?;
+        let registered = registered || replies.all(|r| r.is_ok());
+        self.inflight.remember(next.clone(), registered);
+        Ok(next)
+    }
+
+    /// The RECORDED commit under `key` for `message_id`: from the in-flight knowledge, else
+    /// read (and checked). Also its exact stored bytes, and whether this store saw its hot-tier
+    /// registrations succeed.
+    async fn recorded(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<(Commit, Vec<u8>, bool)> {
+        Ok(match self.known(key, CommitState::Recorded, message_id) {
+            Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
             None => {
                 let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
                 expect_message(key, &stored.commit, message_id)?;
                 expect_state(key, &stored.commit, CommitState::Recorded)?;
-                (stored.commit, stored.blob)
+                (stored.commit, stored.blob, false)
             }
+        })
+    }
+
+    /// `mark_outbox_published_and_committed`: when this store saw the hot-tier registrations
+    /// succeed, ⟨CAS RECORDED → OUTBOXED ‖ CAS OUTBOXED → COMMITTED ‖ ZADD `{commitgc}` ‖
+    /// ZREM settled⟩ in one round trip; otherwise the two steps one after the other.
+    async fn outbox_and_commit(
+        &self,
+        key: &CommitKey,
+        message_id: MessageId,
+        publication: Publication,
+    ) -> StoreResult<Commit> {
+        let known = self.known(key, CommitState::Recorded, message_id).filter(|k| k.registered);
+        let Some(known) = known else {
+            self.outbox(key, message_id, publication).await?;
+            return self.commit(key, message_id).await;
         };
-        let mut next = current;
-        next.intent.publication = Some(publication);
-        next.state = CommitState::Outboxed;
-        // The transition and the hot-tier registrations, one round trip: the record exists
-        // (the commit is past RECORDED) and is published, so registering it is right whatever
-        // the CAS answers; a CAS that lands without them leaves them to `mark_committed`.
+        let read = encode_commit(&known.commit);
+        let now = self.clock.now();
+        let mut outboxed = known.commit.clone();
+        outboxed.intent.publication = Some(publication);
+        outboxed.state = CommitState::Outboxed;
+        let mut committed = outboxed.clone();
+        committed.state = CommitState::Committed;
+        committed.committed_at = Some(now);
+        // The second CAS compares against the first one's result, and both address the commit's
+        // slot (one node, in order): COMMITTED lands only on top of this OUTBOXED. Another
+        // driver's step between the two makes the second a Conflict, as two round trips would.
+        let member = aux_member(key, committed.intent.created_at);
         let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &next, 0);
-        self.hot_tier_registrations(&next.intent, &mut batch);
-        let mut replies = run(&self.con, "publishing a commit", batch).await?.into_iter();
-        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
-        self.cas_outcome(key, cas)?;
-        let registered = replies.all(|r| r.is_ok());
-        self.inflight.remember(next.clone(), registered);
-        Ok(next)
+        self.cas(&mut batch, key, &read, &outboxed, 0);
+        self.cas(&mut batch, key, &encode_commit(&outboxed), &committed, COMMITTED_REDIS_TTL_MILLIS);
+        batch.command("ZADD").arg(self.keys.commit_gc()).arg(now.0).arg(&member);
+        self.unlist_settled(&mut batch);
+        let mut replies = run(&self.con, "publishing and committing a commit", batch).await?.into_iter();
+        let (Some(to_outboxed), Some(to_committed), Some(listed)) = (replies.next(), replies.next(), replies.next())
+        else {
+            return Err(missing("message_commit_cas"));
+        };
+        self.cas_outcome(key, to_outboxed)?;
+        self.cas_outcome(key, to_committed)?;
+        // This commit's recovery entry goes on a later round trip, once both are confirmed.
+        if listed.is_ok() {
+            self.settled.lock().unwrap_or_else(PoisonError::into_inner).push(member);
+        }
+        Ok(committed)
+    }
+
+    /// What the in-flight knowledge says `key` holds, if that is `state` for `message_id`.
+    fn known(&self, key: &CommitKey, state: CommitState, message_id: MessageId) -> Option<Arc<inflight::Known>> {
+        self.inflight.get(key).filter(|k| k.commit.state == state && k.commit.intent.message_id == message_id)
     }
 
     /// `mark_committed`.
     async fn commit(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
         let now = self.clock.now();
-        let known = self
-            .inflight
-            .get(key)
-            .filter(|k| k.commit.state == CommitState::Outboxed && k.commit.intent.message_id == message_id);
-        let (current, read, registered) = match known {
+        let (current, read, registered) = match self.known(key, CommitState::Outboxed, message_id) {
             Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
             None => {
                 let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
@@ -715,6 +768,18 @@ impl MessageStore for RedisMessageStore {
 
     async fn mark_committed(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
         let result = self.commit(key, message_id).await;
+        self.inflight.forget(key);
+        result
+    }
+
+    async fn mark_outbox_published_and_committed(
+        &self,
+        key: &CommitKey,
+        message_id: MessageId,
+        publication: Publication,
+    ) -> StoreResult<Commit> {
+        crate::rules::check_publication(publication)?;
+        let result = self.outbox_and_commit(key, message_id, publication).await;
         self.inflight.forget(key);
         result
     }
