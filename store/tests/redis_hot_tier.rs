@@ -159,8 +159,8 @@ async fn a_second_writer_handed_the_same_seq_can_not_overwrite_the_first() {
 
 #[tokio::test]
 async fn an_expiry_registered_again_after_the_drain_does_not_jam_it() {
-    // The expiry is registered before COMMITTED (alongside OUTBOXED, and again by a
-    // mark_committed that did not see that succeed); a crash in between and a retry after the
+    // The expiry is registered before COMMITTED (alongside RECORDED, and again by a later step
+    // that did not see that succeed); a crash in between and a retry after the
     // drain ran registers the same member again.
     let redis = PrivateRedis::start();
     let clock = clock();

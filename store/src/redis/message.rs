@@ -39,7 +39,8 @@
 //!
 //! Round trips per step when the same store drives a send from `reserve` to `mark_committed`
 //! (the writer's hot path), and when it did not drive the earlier steps (the recovery loop in
-//! another process, a retry after a restart):
+//! another process, a retry after a restart). The writer stores OUTBOXED and COMMITTED with one
+//! call, `mark_outbox_published_and_committed`, so its send costs 5 round trips:
 //!
 //! | step | hot path | cold | previously |
 //! |------|---------:|-----:|-----------:|
@@ -47,6 +48,7 @@
 //! | `put_record` | 2 | 3 | 3 |
 //! | `mark_outbox_published` | 1 | 2 | 2 |
 //! | `mark_committed` | 1 | 3 | 5 (6 for a trim-owning store) |
+//! | `mark_outbox_published_and_committed` | 1 | 3 | 2 |
 //!
 //! The hot path skips reading the commit because the store remembers, for each commit in flight,
 //! the exact commit it last wrote or read (the *in-flight knowledge*, module `inflight`): a hint,
@@ -83,16 +85,27 @@
 //!   lower bound and the expiry drain never deleted it, so even a stale hint (the commit was
 //!   finished elsewhere and its record already expired or trimmed) can not resurrect a record;
 //!   on `stale` the step falls back to the cold path. A crash before the CAS leaves RESERVED,
-//!   and the retried step rewrites the same bytes.
-//! - `mark_outbox_published`: `⟨CAS RECORDED → OUTBOXED ‖ hot-tier registrations⟩`: the
-//!   record's expiry in `{msghistorygc}` (unless a trim-owning store will trim the record before
-//!   it expires, ADR-0019 revision 2) and, for trim-owning stores, the record in `{hotwindow}`;
-//!   deterministic members and scores. The commit is past RECORDED, so the record exists, and it
-//!   was just published, so a hot-tier rebuild from Kafka would restore it: registering it is
-//!   right whatever the CAS answers. A CAS that lands without its registrations is covered by
+//!   and the retried step rewrites the same bytes. The CAS goes with the *hot-tier
+//!   registrations*, `⟨CAS RESERVED → RECORDED ‖ registrations⟩`: the record's expiry in
+//!   `{msghistorygc}` (unless a trim-owning store will trim the record before it expires,
+//!   ADR-0019 revision 2) and, for trim-owning stores, the record in `{hotwindow}`;
+//!   deterministic members and scores. The record exists (just written, or found with the same
+//!   bytes), so registering it is right whatever the CAS answers: it only says when the record
+//!   expires and when the trim may take it (never before it is archived, so never before it is
+//!   published). A CAS that lands without its registrations is covered by the later steps.
+//! - `mark_outbox_published`: `⟨CAS RECORDED → OUTBOXED ‖ hot-tier registrations⟩`, the
+//!   registrations only when this store did not see them succeed at RECORDED (a cold call: the
+//!   recovery loop), by the same argument. A CAS that lands without them is covered by
 //!   `mark_committed`, which registers again unless this store saw them succeed.
+//! - `mark_outbox_published_and_committed` (the writer's path): when this store saw the
+//!   registrations succeed, ⟨CAS RECORDED → OUTBOXED ‖ CAS OUTBOXED → COMMITTED ‖ ZADD
+//!   `{commitgc}` ‖ ZREM settled⟩, then as `mark_committed` (3). Both CAS address the commit's
+//!   slot, so one node runs them in order, and the second compares against exactly the first
+//!   one's result: COMMITTED never lands without this OUTBOXED before it, a crash or a refusal
+//!   in between leaves OUTBOXED (for the recovery loop), and another driver's step in between
+//!   makes the second a `Conflict`, as with two round trips. Otherwise the two steps in turn.
 //! - `mark_committed`: (1) only when this store did not see the registrations succeed at
-//!   OUTBOXED: register the record, strictly before the transition, because a repeated
+//!   RECORDED or OUTBOXED: register the record, strictly before the transition, because a repeated
 //!   `mark_committed` after it is a `Conflict` and could never register it; (2) ⟨CAS
 //!   OUTBOXED → COMMITTED (plus the safety-net TTL) ‖ ZADD `{commitgc}` ‖ ZREM `{recovery}` of
 //!   earlier settled commits⟩; (3) once both the CAS and the `{commitgc}` entry are
