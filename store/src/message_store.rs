@@ -72,6 +72,20 @@ pub trait MessageStore: Send + Sync {
     /// expiry with the hot tier's expiry index. Any other state is `Conflict`.
     async fn mark_committed(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit>;
 
+    /// [`Self::mark_outbox_published`], then [`Self::mark_committed`], with their contracts:
+    /// RECORDED → OUTBOXED → COMMITTED. Each transition stays its own durable step, OUTBOXED
+    /// first, so a failure between them leaves OUTBOXED for the recovery loop; a backend may
+    /// send both in one round trip.
+    async fn mark_outbox_published_and_committed(
+        &self,
+        key: &CommitKey,
+        message_id: MessageId,
+        publication: Publication,
+    ) -> StoreResult<Commit> {
+        self.mark_outbox_published(key, message_id, publication).await?;
+        self.mark_committed(key, message_id).await
+    }
+
     /// The commit stored under `key`, if any (within the auxiliary TTL).
     async fn load_commit(&self, key: &CommitKey) -> StoreResult<Option<Commit>>;
 

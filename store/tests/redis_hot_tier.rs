@@ -159,8 +159,8 @@ async fn a_second_writer_handed_the_same_seq_can_not_overwrite_the_first() {
 
 #[tokio::test]
 async fn an_expiry_registered_again_after_the_drain_does_not_jam_it() {
-    // The expiry is registered before COMMITTED (alongside OUTBOXED, and again by a
-    // mark_committed that did not see that succeed); a crash in between and a retry after the
+    // The expiry is registered before COMMITTED (alongside RECORDED, and again by a later step
+    // that did not see that succeed); a crash in between and a retry after the
     // drain ran registers the same member again.
     let redis = PrivateRedis::start();
     let clock = clock();
@@ -306,11 +306,12 @@ async fn the_drain_removes_expired_records_in_batches() {
 }
 
 #[tokio::test]
-async fn a_send_costs_six_round_trips() {
-    // The hot path of one send (one store drives every step): reserve 2, put_record 2,
-    // mark_outbox_published 1, mark_committed 1. A store that did not drive the earlier steps
-    // (the recovery loop elsewhere) reads the commit first. A private server: a `SCRIPT FLUSH`
-    // from another test would add reload trips.
+async fn a_send_costs_five_round_trips() {
+    // The hot path of one send (one store drives every step): reserve 2, put_record 2 (the
+    // record, then the CAS with the hot-tier registrations), OUTBOXED and COMMITTED together 1.
+    // Separately, mark_outbox_published and mark_committed cost 1 each. A store that did not
+    // drive the earlier steps (the recovery loop elsewhere) reads the commit first. A private
+    // server: a `SCRIPT FLUSH` from another test would add reload trips.
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
     store.reseed(&[]).await.unwrap();
@@ -324,17 +325,25 @@ async fn a_send_costs_six_round_trips() {
     store.put_record(&reserved.intent).await.unwrap();
     assert_eq!(trips(&store) - before, 4, "put_record");
     let publication = Publication { partition: 0, offset: 1 };
-    store.mark_outbox_published(&req.key, reserved.intent.message_id, publication).await.unwrap();
-    assert_eq!(trips(&store) - before, 5, "mark_outbox_published");
-    store.mark_committed(&req.key, reserved.intent.message_id).await.unwrap();
-    assert_eq!(trips(&store) - before, 6, "mark_committed");
+    let done = store.mark_outbox_published_and_committed(&req.key, reserved.intent.message_id, publication).await;
+    assert_eq!(done.unwrap().state, CommitState::Committed);
+    assert_eq!(trips(&store) - before, 5, "mark_outbox_published_and_committed");
 
     let req = request(t, user(1), "m2", conv, b"x");
+    let reserved = store.reserve(&req, fresh_message_id()).await.unwrap();
+    store.put_record(&reserved.intent).await.unwrap();
+    let before = trips(&store);
+    store.mark_outbox_published(&req.key, reserved.intent.message_id, publication).await.unwrap();
+    assert_eq!(trips(&store) - before, 1, "mark_outbox_published: the CAS (registered at RECORDED)");
+    store.mark_committed(&req.key, reserved.intent.message_id).await.unwrap();
+    assert_eq!(trips(&store) - before, 2, "mark_committed: the CAS");
+
+    let req = request(t, user(1), "m3", conv, b"x");
     let reserved = store.reserve(&req, fresh_message_id()).await.unwrap();
     let cold = open(&redis, 30, clock()).await;
     let before = trips(&cold);
     cold.put_record(&reserved.intent).await.unwrap();
-    assert_eq!(trips(&cold) - before, 3, "put_record: read, record, CAS");
+    assert_eq!(trips(&cold) - before, 3, "put_record: read, record, CAS with registrations");
     let cold = open(&redis, 30, clock()).await;
     let before = trips(&cold);
     cold.mark_outbox_published(&req.key, reserved.intent.message_id, publication).await.unwrap();
@@ -343,4 +352,12 @@ async fn a_send_costs_six_round_trips() {
     let before = trips(&cold);
     cold.mark_committed(&req.key, reserved.intent.message_id).await.unwrap();
     assert_eq!(trips(&cold) - before, 3, "mark_committed: read, registrations, CAS");
+    let req = request(t, user(1), "m4", conv, b"x");
+    let reserved = store.reserve(&req, fresh_message_id()).await.unwrap();
+    store.put_record(&reserved.intent).await.unwrap();
+    let cold = open(&redis, 30, clock()).await;
+    let before = trips(&cold);
+    let done = cold.mark_outbox_published_and_committed(&req.key, reserved.intent.message_id, publication).await;
+    assert_eq!(done.unwrap().state, CommitState::Committed);
+    assert_eq!(trips(&cold) - before, 3, "both steps cold: read, CAS with registrations, CAS");
 }

@@ -161,14 +161,8 @@ impl DurableMessageCommitter {
                 Ok(next) => {
                     histogram!(COMMIT_STAGE_SECONDS, "stage" => stage).record(timer.elapsed());
                     commit = next;
-                    match commit.state {
-                        CommitState::Recorded => {
-                            boundary!("writer::after_record");
-                        }
-                        CommitState::Outboxed => {
-                            boundary!("writer::after_outbox");
-                        }
-                        _ => {}
+                    if commit.state == CommitState::Recorded {
+                        boundary!("writer::after_record");
                     }
                 }
                 Err(StoreError::Conflict(why)) => {
@@ -195,8 +189,10 @@ impl DurableMessageCommitter {
         }
     }
 
-    /// RECORDED → publish → OUTBOXED. A publish failure is returned as is (the commit stays
-    /// RECORDED); the store step's result is handed back to `drive`.
+    /// RECORDED → publish → OUTBOXED → COMMITTED. A publish failure is returned as is (the
+    /// commit stays RECORDED); the store steps' result is handed back to `drive`. OUTBOXED and
+    /// COMMITTED are stored by one store call (still two durable transitions, OUTBOXED first);
+    /// only the `writer::after_outbox` failpoint makes them two calls, to stop in between.
     async fn publish_and_mark(&self, commit: &Commit) -> Result<Result<Commit, StoreError>, CommitError> {
         let intent = &commit.intent;
         let record = intent.record(self.policy.expires_at(intent.request.retention, intent.created_at));
@@ -210,8 +206,26 @@ impl DurableMessageCommitter {
         };
         histogram!(COMMIT_STAGE_SECONDS, "stage" => "publish").record(timer.elapsed());
         boundary!("writer::after_publish");
-        Ok(self.store.mark_outbox_published(&intent.request.key, intent.message_id, publication).await)
+        let (key, id) = (&intent.request.key, intent.message_id);
+        if let Some(arg) = stop_after_outbox() {
+            let outboxed = self.store.mark_outbox_published(key, id, publication).await;
+            if outboxed.is_ok() {
+                if arg.as_deref() == Some("abort") {
+                    std::process::abort();
+                }
+                return Err(CommitError::Interrupted("writer::after_outbox"));
+            }
+            return Ok(outboxed);
+        }
+        Ok(self.store.mark_outbox_published_and_committed(key, id, publication).await)
     }
+}
+
+/// `Some(argument)` when the `writer::after_outbox` failpoint fires (tests: stop a commit at
+/// OUTBOXED; `return(abort)` kills the process like `kill -9`). Never in release builds.
+fn stop_after_outbox() -> Option<Option<String>> {
+    fail::fail_point!("writer::after_outbox", Some);
+    None
 }
 
 /// Decrements the in-flight gauge however the commit ends.

@@ -41,6 +41,20 @@ pub trait Publish: Send + Sync {
     async fn publish(&self, record: &MessageRecord) -> Result<Publication, PublishError>;
 }
 
+/// The writer's producer settings: idempotent, `acks=all`, 1 ms linger, lz4, deliveries given
+/// up after [`DELIVERY_TIMEOUT`]. (The benchmark's raw loop produces with exactly these.)
+pub fn producer_config(brokers: &str) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("compression.type", "lz4")
+        .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string());
+    config
+}
+
 /// The Kafka producer of the writer.
 pub struct KafkaPublisher {
     producer: FutureProducer,
@@ -50,15 +64,7 @@ pub struct KafkaPublisher {
 impl KafkaPublisher {
     /// Creates the idempotent producer (no network round trip yet).
     pub fn new(brokers: &str, topic: &str) -> Result<Self, PublishError> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "1")
-            .set("compression.type", "lz4")
-            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
-            .create()
-            .map_err(|e| PublishError::Config(e.to_string()))?;
+        let producer = producer_config(brokers).create().map_err(|e| PublishError::Config(e.to_string()))?;
         Ok(Self { producer, topic: topic.to_owned() })
     }
 

@@ -39,7 +39,8 @@
 //!
 //! Round trips per step when the same store drives a send from `reserve` to `mark_committed`
 //! (the writer's hot path), and when it did not drive the earlier steps (the recovery loop in
-//! another process, a retry after a restart):
+//! another process, a retry after a restart). The writer stores OUTBOXED and COMMITTED with one
+//! call, `mark_outbox_published_and_committed`, so its send costs 5 round trips:
 //!
 //! | step | hot path | cold | previously |
 //! |------|---------:|-----:|-----------:|
@@ -47,6 +48,7 @@
 //! | `put_record` | 2 | 3 | 3 |
 //! | `mark_outbox_published` | 1 | 2 | 2 |
 //! | `mark_committed` | 1 | 3 | 5 (6 for a trim-owning store) |
+//! | `mark_outbox_published_and_committed` | 1 | 3 | 2 |
 //!
 //! The hot path skips reading the commit because the store remembers, for each commit in flight,
 //! the exact commit it last wrote or read (the *in-flight knowledge*, module `inflight`): a hint,
@@ -83,16 +85,27 @@
 //!   lower bound and the expiry drain never deleted it, so even a stale hint (the commit was
 //!   finished elsewhere and its record already expired or trimmed) can not resurrect a record;
 //!   on `stale` the step falls back to the cold path. A crash before the CAS leaves RESERVED,
-//!   and the retried step rewrites the same bytes.
-//! - `mark_outbox_published`: `⟨CAS RECORDED → OUTBOXED ‖ hot-tier registrations⟩`: the
-//!   record's expiry in `{msghistorygc}` (unless a trim-owning store will trim the record before
-//!   it expires, ADR-0019 revision 2) and, for trim-owning stores, the record in `{hotwindow}`;
-//!   deterministic members and scores. The commit is past RECORDED, so the record exists, and it
-//!   was just published, so a hot-tier rebuild from Kafka would restore it: registering it is
-//!   right whatever the CAS answers. A CAS that lands without its registrations is covered by
+//!   and the retried step rewrites the same bytes. The CAS goes with the *hot-tier
+//!   registrations*, `⟨CAS RESERVED → RECORDED ‖ registrations⟩`: the record's expiry in
+//!   `{msghistorygc}` (unless a trim-owning store will trim the record before it expires,
+//!   ADR-0019 revision 2) and, for trim-owning stores, the record in `{hotwindow}`;
+//!   deterministic members and scores. The record exists (just written, or found with the same
+//!   bytes), so registering it is right whatever the CAS answers: it only says when the record
+//!   expires and when the trim may take it (never before it is archived, so never before it is
+//!   published). A CAS that lands without its registrations is covered by the later steps.
+//! - `mark_outbox_published`: `⟨CAS RECORDED → OUTBOXED ‖ hot-tier registrations⟩`, the
+//!   registrations only when this store did not see them succeed at RECORDED (a cold call: the
+//!   recovery loop), by the same argument. A CAS that lands without them is covered by
 //!   `mark_committed`, which registers again unless this store saw them succeed.
+//! - `mark_outbox_published_and_committed` (the writer's path): when this store saw the
+//!   registrations succeed, ⟨CAS RECORDED → OUTBOXED ‖ CAS OUTBOXED → COMMITTED ‖ ZADD
+//!   `{commitgc}` ‖ ZREM settled⟩, then as `mark_committed` (3). Both CAS address the commit's
+//!   slot, so one node runs them in order, and the second compares against exactly the first
+//!   one's result: COMMITTED never lands without this OUTBOXED before it, a crash or a refusal
+//!   in between leaves OUTBOXED (for the recovery loop), and another driver's step in between
+//!   makes the second a `Conflict`, as with two round trips. Otherwise the two steps in turn.
 //! - `mark_committed`: (1) only when this store did not see the registrations succeed at
-//!   OUTBOXED: register the record, strictly before the transition, because a repeated
+//!   RECORDED or OUTBOXED: register the record, strictly before the transition, because a repeated
 //!   `mark_committed` after it is a `Conflict` and could never register it; (2) ⟨CAS
 //!   OUTBOXED → COMMITTED (plus the safety-net TTL) ‖ ZADD `{commitgc}` ‖ ZREM `{recovery}` of
 //!   earlier settled commits⟩; (3) once both the CAS and the `{commitgc}` entry are
@@ -323,14 +336,6 @@ impl RedisMessageStore {
         }
     }
 
-    /// Replaces the commit `read` (as read) with `next`, if it is still unchanged.
-    async fn swap(&self, key: &CommitKey, read: &[u8], next: &Commit, redis_ttl_millis: i64) -> StoreResult<()> {
-        let mut invocation = scripts::COMMIT_CAS.key(self.keys.commit(key));
-        invocation.arg(read).arg(encode_commit(next)).arg(redis_ttl_millis);
-        let reply = invoke(&self.con, "advancing a commit", &invocation).await?;
-        expect_ok("message_commit_cas", &Described(key), reply)
-    }
-
     /// Deletes the commit `read` if it is still unchanged; `false` when it was already gone
     /// or changed (a reuse of the key).
     async fn delete_commit(&self, key: &CommitKey, read: &[u8]) -> StoreResult<bool> {
@@ -427,8 +432,17 @@ impl RedisMessageStore {
         };
         let mut next = reserved;
         next.state = CommitState::Recorded;
-        self.swap(key, &read, &next, 0).await?;
-        self.inflight.remember(next.clone(), false);
+        // The transition and the hot-tier registrations, one round trip: the record exists (just
+        // written or found identical), so registering it is right whatever the CAS answers; a
+        // CAS that lands without them leaves them to `mark_committed`.
+        let mut batch = Batch::default();
+        self.cas(&mut batch, key, &read, &next, 0);
+        self.hot_tier_registrations(&next.intent, &mut batch);
+        let mut replies = run(&self.con, "recording a commit", batch).await?.into_iter();
+        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
+        self.cas_outcome(key, cas)?;
+        let registered = replies.all(|r| r.is_ok());
+        self.inflight.remember(next.clone(), registered);
         Ok(next)
     }
 
@@ -463,44 +477,96 @@ impl RedisMessageStore {
 
     /// `mark_outbox_published` after the publication was checked.
     async fn outbox(&self, key: &CommitKey, message_id: MessageId, publication: Publication) -> StoreResult<Commit> {
-        let known = self
-            .inflight
-            .get(key)
-            .filter(|k| k.commit.state == CommitState::Recorded && k.commit.intent.message_id == message_id);
-        let (current, read) = match known {
-            Some(k) => (k.commit.clone(), encode_commit(&k.commit)),
+        let (current, read, registered) = self.recorded(key, message_id).await?;
+        let mut next = current;
+        next.intent.publication = Some(publication);
+        next.state = CommitState::Outboxed;
+        // The transition, with the hot-tier registrations unless this store saw them succeed
+        // at RECORDED: the record exists (the commit is past RECORDED), so registering it is
+        // right whatever the CAS answers; a CAS that lands without them leaves them to
+        // `mark_committed`.
+        let mut batch = Batch::default();
+        self.cas(&mut batch, key, &read, &next, 0);
+        if !registered {
+            self.hot_tier_registrations(&next.intent, &mut batch);
+        }
+        let mut replies = run(&self.con, "publishing a commit", batch).await?.into_iter();
+        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
+        self.cas_outcome(key, cas)?;
+        let registered = registered || replies.all(|r| r.is_ok());
+        self.inflight.remember(next.clone(), registered);
+        Ok(next)
+    }
+
+    /// The RECORDED commit under `key` for `message_id`: from the in-flight knowledge, else
+    /// read (and checked). Also its exact stored bytes, and whether this store saw its hot-tier
+    /// registrations succeed.
+    async fn recorded(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<(Commit, Vec<u8>, bool)> {
+        Ok(match self.known(key, CommitState::Recorded, message_id) {
+            Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
             None => {
                 let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
                 expect_message(key, &stored.commit, message_id)?;
                 expect_state(key, &stored.commit, CommitState::Recorded)?;
-                (stored.commit, stored.blob)
+                (stored.commit, stored.blob, false)
             }
+        })
+    }
+
+    /// `mark_outbox_published_and_committed`: when this store saw the hot-tier registrations
+    /// succeed, ⟨CAS RECORDED → OUTBOXED ‖ CAS OUTBOXED → COMMITTED ‖ ZADD `{commitgc}` ‖
+    /// ZREM settled⟩ in one round trip; otherwise the two steps one after the other.
+    async fn outbox_and_commit(
+        &self,
+        key: &CommitKey,
+        message_id: MessageId,
+        publication: Publication,
+    ) -> StoreResult<Commit> {
+        let known = self.known(key, CommitState::Recorded, message_id).filter(|k| k.registered);
+        let Some(known) = known else {
+            self.outbox(key, message_id, publication).await?;
+            return self.commit(key, message_id).await;
         };
-        let mut next = current;
-        next.intent.publication = Some(publication);
-        next.state = CommitState::Outboxed;
-        // The transition and the hot-tier registrations, one round trip: the record exists
-        // (the commit is past RECORDED) and is published, so registering it is right whatever
-        // the CAS answers; a CAS that lands without them leaves them to `mark_committed`.
+        let read = encode_commit(&known.commit);
+        let now = self.clock.now();
+        let mut outboxed = known.commit.clone();
+        outboxed.intent.publication = Some(publication);
+        outboxed.state = CommitState::Outboxed;
+        let mut committed = outboxed.clone();
+        committed.state = CommitState::Committed;
+        committed.committed_at = Some(now);
+        // The second CAS compares against the first one's result, and both address the commit's
+        // slot (one node, in order): COMMITTED lands only on top of this OUTBOXED. Another
+        // driver's step between the two makes the second a Conflict, as two round trips would.
+        let member = aux_member(key, committed.intent.created_at);
         let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &next, 0);
-        self.hot_tier_registrations(&next.intent, &mut batch);
-        let mut replies = run(&self.con, "publishing a commit", batch).await?.into_iter();
-        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
-        self.cas_outcome(key, cas)?;
-        let registered = replies.all(|r| r.is_ok());
-        self.inflight.remember(next.clone(), registered);
-        Ok(next)
+        self.cas(&mut batch, key, &read, &outboxed, 0);
+        self.cas(&mut batch, key, &encode_commit(&outboxed), &committed, COMMITTED_REDIS_TTL_MILLIS);
+        batch.command("ZADD").arg(self.keys.commit_gc()).arg(now.0).arg(&member);
+        self.unlist_settled(&mut batch);
+        let mut replies = run(&self.con, "publishing and committing a commit", batch).await?.into_iter();
+        let (Some(to_outboxed), Some(to_committed), Some(listed)) = (replies.next(), replies.next(), replies.next())
+        else {
+            return Err(missing("message_commit_cas"));
+        };
+        self.cas_outcome(key, to_outboxed)?;
+        self.cas_outcome(key, to_committed)?;
+        // This commit's recovery entry goes on a later round trip, once both are confirmed.
+        if listed.is_ok() {
+            self.settled.lock().unwrap_or_else(PoisonError::into_inner).push(member);
+        }
+        Ok(committed)
+    }
+
+    /// What the in-flight knowledge says `key` holds, if that is `state` for `message_id`.
+    fn known(&self, key: &CommitKey, state: CommitState, message_id: MessageId) -> Option<Arc<inflight::Known>> {
+        self.inflight.get(key).filter(|k| k.commit.state == state && k.commit.intent.message_id == message_id)
     }
 
     /// `mark_committed`.
     async fn commit(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
         let now = self.clock.now();
-        let known = self
-            .inflight
-            .get(key)
-            .filter(|k| k.commit.state == CommitState::Outboxed && k.commit.intent.message_id == message_id);
-        let (current, read, registered) = match known {
+        let (current, read, registered) = match self.known(key, CommitState::Outboxed, message_id) {
             Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
             None => {
                 let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
@@ -715,6 +781,18 @@ impl MessageStore for RedisMessageStore {
 
     async fn mark_committed(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
         let result = self.commit(key, message_id).await;
+        self.inflight.forget(key);
+        result
+    }
+
+    async fn mark_outbox_published_and_committed(
+        &self,
+        key: &CommitKey,
+        message_id: MessageId,
+        publication: Publication,
+    ) -> StoreResult<Commit> {
+        crate::rules::check_publication(publication)?;
+        let result = self.outbox_and_commit(key, message_id, publication).await;
         self.inflight.forget(key);
         result
     }

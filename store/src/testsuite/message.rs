@@ -149,6 +149,48 @@ pub async fn states_move_forward_only_from_their_predecessor(h: &dyn MessageHarn
     assert_eq!(store.load_commit(key).await.unwrap(), Some(done));
 }
 
+/// `mark_outbox_published_and_committed` is both steps: only from RECORDED (anything else is
+/// `Conflict` and leaves the commit as it was), to COMMITTED with the coordinates; a repeat is
+/// `Conflict`. The stored result is the same as the two steps one after the other.
+pub async fn outbox_and_commit_together_take_both_steps_in_order(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let req = request(fresh_tenant(), user(1), "m1", fresh_conversation(), b"x");
+    let c = store.reserve(&req, fresh_message_id()).await.unwrap();
+    let (key, id) = (&req.key, c.intent.message_id);
+    let publication = Publication { partition: 3, offset: 41 };
+    assert_kind(
+        store.mark_outbox_published_and_committed(key, id, publication).await,
+        ErrorKind::Conflict,
+        "from RESERVED",
+    );
+    assert_eq!(store.load_commit(key).await.unwrap().unwrap().state, CommitState::Reserved);
+    store.put_record(&c.intent).await.unwrap();
+    assert_kind(
+        store.mark_outbox_published_and_committed(key, fresh_message_id(), publication).await,
+        ErrorKind::Conflict,
+        "other message id",
+    );
+    assert_eq!(store.load_commit(key).await.unwrap().unwrap().state, CommitState::Recorded);
+    let done = store.mark_outbox_published_and_committed(key, id, publication).await.unwrap();
+    assert_eq!(done.state, CommitState::Committed);
+    assert_eq!(done.intent.publication, Some(publication));
+    assert!(done.committed_at.is_some());
+    assert_eq!(store.load_commit(key).await.unwrap(), Some(done));
+    assert_kind(store.mark_outbox_published_and_committed(key, id, publication).await, ErrorKind::Conflict, "twice");
+    assert_kind(store.mark_committed(key, id).await, ErrorKind::Conflict, "commit after both");
+
+    let other = request(req.key.tenant, user(1), "m2", req.conversation, b"y");
+    let c = store.reserve(&other, fresh_message_id()).await.unwrap();
+    store.put_record(&c.intent).await.unwrap();
+    store.mark_outbox_published(&other.key, c.intent.message_id, publication).await.unwrap();
+    assert_kind(
+        store.mark_outbox_published_and_committed(&other.key, c.intent.message_id, publication).await,
+        ErrorKind::Conflict,
+        "from OUTBOXED",
+    );
+    assert_eq!(store.load_commit(&other.key).await.unwrap().unwrap().state, CommitState::Outboxed);
+}
+
 /// A step for another message id, a changed intent or an unknown key fails and changes nothing.
 pub async fn step_with_wrong_message_or_unknown_key_fails(h: &dyn MessageHarness) {
     let store = h.open(policy(), clock()).await;

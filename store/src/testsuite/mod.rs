@@ -95,6 +95,7 @@ macro_rules! message_store_contract_suite {
             reserve_same_key_with_different_bytes_conflicts,
             load_commit_for_request_compares_bytes,
             states_move_forward_only_from_their_predecessor,
+            outbox_and_commit_together_take_both_steps_in_order,
             step_with_wrong_message_or_unknown_key_fails,
             concurrent_reserves_never_share_a_seq,
             committed_record_reads_back_exactly,

@@ -223,6 +223,15 @@ impl MessageStore for TieredMessageStore {
         self.hot.mark_committed(key, message_id).await
     }
 
+    async fn mark_outbox_published_and_committed(
+        &self,
+        key: &CommitKey,
+        message_id: MessageId,
+        publication: Publication,
+    ) -> StoreResult<Commit> {
+        self.hot.mark_outbox_published_and_committed(key, message_id, publication).await
+    }
+
     async fn load_commit(&self, key: &CommitKey) -> StoreResult<Option<Commit>> {
         self.hot.load_commit(key).await
     }

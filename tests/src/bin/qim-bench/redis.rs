@@ -171,17 +171,22 @@ struct Cost {
 }
 
 /// CPU seconds this process has used (user + system, from `/proc/self/stat`; 0 elsewhere).
-fn process_cpu() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+pub fn process_cpu() -> f64 {
+    proc_cpu("self").unwrap_or(0.0)
+}
+
+/// CPU seconds process `pid` (or `self`) has used: user + system from `/proc/<pid>/stat`.
+pub fn proc_cpu(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // Fields after the parenthesised command: state is field 3, utime 14, stime 15 (ticks).
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(14) + ticks(15)) / 100.0
+    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok());
+    Some((ticks(14)? + ticks(15)?) / 100.0)
 }
 
 /// CPU seconds the Redis server has used (`used_cpu_user` + `used_cpu_sys`).
-async fn redis_cpu(conn: &mut redis::aio::ConnectionManager) -> anyhow::Result<f64> {
+pub async fn redis_cpu(conn: &mut redis::aio::ConnectionManager) -> anyhow::Result<f64> {
     let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
     Ok(info
         .lines()

@@ -2,9 +2,13 @@
 //! Kafka, acknowledged at COMMITTED) against a raw loop of the same primitives (one `EVALSHA`
 //! with a commit's writes, one produce, await the delivery report), measured in one run.
 //!
-//! Three phases: the raw loop at `--concurrency`; the writer at `--concurrency` (its peak); the
-//! writer paced at half that peak for a few seconds (open loop: a send is started on schedule
-//! whether or not earlier ones finished), whose p99 is the latency target.
+//! Phases: the raw loop at `--concurrency` and the writer at `--concurrency` (its peak), in
+//! [`ROUNDS`] interleaved rounds; then the writer paced at half that peak for a few seconds (open
+//! loop: a send is started on schedule whether or not earlier ones finished), whose p99 is the
+//! latency target. Each peak path also reports its CPU per operation: this process (the bench's
+//! HTTP client and the in-process writer), the Redis server and the Kafka broker (whatever else
+//! they did meanwhile counts too), which contention hardly changes; and the writer's mean time
+//! per commit stage, from its own `/metrics`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,27 +56,33 @@ pub async fn delete_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The same producer settings as the writer's: idempotent, acks=all.
-pub fn producer(brokers: &str) -> anyhow::Result<FutureProducer> {
-    Ok(ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", "1")
-        .set("compression.type", "lz4")
-        .create()?)
+/// A producer with the writer's own settings ([`qim_writer::publisher::producer_config`]),
+/// warmed up (metadata and producer id fetched) so no measured send waits for its start.
+pub async fn producer(brokers: &str, topic: &str) -> anyhow::Result<FutureProducer> {
+    let producer: FutureProducer = qim_writer::publisher::producer_config(brokers).create()?;
+    producer
+        .send(FutureRecord::to(topic).key("warm-up").payload("warm-up"), Timeout::Never)
+        .await
+        .map_err(|(e, _)| anyhow::anyhow!("warming the raw producer up: {e}"))?;
+    Ok(producer)
 }
 
-/// The writer's floor: per send one `EVALSHA` with a commit's writes, one produce, and its
-/// delivery report.
-pub async fn raw_loop(args: &Args, brokers: &str, topic: &str, namespace: &str) -> anyhow::Result<Measurement> {
-    let config = RedisConfig { url: args.redis_url.clone(), namespace: namespace.to_owned() };
-    let conn = qim_store::redis::connect(&config).await?;
-    let producer = producer(brokers)?;
+/// One `EVALSHA` holding a commit's writes, one produce, await its delivery report; at
+/// `--concurrency`.
+pub async fn raw_loop(
+    args: &Args,
+    conn: &redis::aio::ConnectionManager,
+    producer: &FutureProducer,
+    topic: &str,
+    namespace: &str,
+    first: u64,
+) -> anyhow::Result<Measurement> {
     let script = Arc::new(redis::Script::new(RAW_SCRIPT));
     let payload = Arc::new(vec![b'x'; args.payload + 150]);
     let (ns, topic, conversations) = (Arc::new(namespace.to_owned()), Arc::new(topic.to_owned()), args.conversations);
-    drive(args.count, args.concurrency, move |n| {
+    let (conn, producer) = (conn.clone(), producer.clone());
+    drive(args.count, args.concurrency, move |i| {
+        let n = first + i;
         let (mut conn, script, payload, ns, topic, producer) =
             (conn.clone(), script.clone(), payload.clone(), ns.clone(), topic.clone(), producer.clone());
         async move {
@@ -147,7 +157,135 @@ async fn writer_paced(args: &Args, url: &str, rate: f64, first: u64) -> anyhow::
     Ok(Measurement::new(latencies, start.elapsed()))
 }
 
-/// Runs the three phases and prints the comparison.
+/// Interleaved rounds of the raw loop and the writer at peak (`--count` is split among them),
+/// so load from elsewhere on a shared machine falls on both alike.
+const ROUNDS: u64 = 3;
+
+/// CPU seconds used so far by this process (the bench client *and* the in-process writer), the
+/// Redis server and the Kafka broker (when it runs on this machine).
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    process: f64,
+    redis: f64,
+    kafka: Option<f64>,
+}
+
+impl Cpu {
+    async fn now(conn: &mut redis::aio::ConnectionManager, kafka_pid: Option<&str>) -> anyhow::Result<Self> {
+        Ok(Self {
+            process: super::redis::process_cpu(),
+            redis: super::redis::redis_cpu(conn).await?,
+            kafka: kafka_pid.and_then(super::redis::proc_cpu),
+        })
+    }
+
+    fn since(self, before: Self) -> Self {
+        Self {
+            process: self.process - before.process,
+            redis: self.redis - before.redis,
+            kafka: self.kafka.zip(before.kafka).map(|(a, b)| a - b),
+        }
+    }
+
+    fn add(&mut self, other: Self) {
+        self.process += other.process;
+        self.redis += other.redis;
+        self.kafka = match (self.kafka, other.kafka) {
+            (Some(a), Some(b)) => Some(a + b),
+            (None, b) => b,
+            (a, None) => a,
+        };
+    }
+}
+
+/// The Kafka broker's pid, when it runs on this machine (the local stack's `kafka.Kafka`).
+fn kafka_pid() -> Option<String> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let name = e.file_name().into_string().ok()?;
+        name.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        cmdline.split(|b| *b == 0).any(|arg| arg == b"kafka.Kafka").then_some(name)
+    })
+}
+
+/// What one path did over its rounds.
+#[derive(Default)]
+struct Totals {
+    ops: u64,
+    wall: f64,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    cpu: Cpu,
+}
+
+impl Totals {
+    fn add(&mut self, ops: u64, m: &Measurement, cpu: Cpu) {
+        self.ops += ops;
+        self.wall += ops as f64 / m.per_second;
+        self.p50.push(ms(m.p50));
+        self.p99.push(ms(m.p99));
+        self.cpu.add(cpu);
+    }
+
+    fn per_second(&self) -> f64 {
+        self.ops as f64 / self.wall
+    }
+
+    /// The median round's p50.
+    fn p50(&self) -> f64 {
+        let mut v = self.p50.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+
+    /// The worst round's p99.
+    fn p99(&self) -> f64 {
+        self.p99.iter().copied().fold(0.0, f64::max)
+    }
+
+    fn micros(&self, seconds: f64) -> f64 {
+        seconds * 1e6 / self.ops as f64
+    }
+
+    fn kafka_micros(&self) -> Option<f64> {
+        self.cpu.kafka.map(|k| self.micros(k))
+    }
+}
+
+/// `(sum of seconds, count)` per stage of the writer's commit-stage histogram.
+async fn stage_totals(http: &reqwest::Client, metrics_url: &str) -> anyhow::Result<Vec<(String, f64, f64)>> {
+    let text = http.get(metrics_url).send().await?.text().await?;
+    let mut out: Vec<(String, f64, f64)> = Vec::new();
+    for line in text.lines() {
+        let (which, rest) = if let Some(r) = line.strip_prefix("qim_writer_commit_stage_seconds_sum{") {
+            (0, r)
+        } else if let Some(r) = line.strip_prefix("qim_writer_commit_stage_seconds_count{") {
+            (1, r)
+        } else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once("} ") else { continue };
+        let Some(stage) = labels.split(',').find_map(|l| l.strip_prefix("stage=\"")?.strip_suffix('"')) else {
+            continue;
+        };
+        let value: f64 = value.trim().parse()?;
+        let i = match out.iter().position(|(s, _, _)| s == stage) {
+            Some(i) => i,
+            None => {
+                out.push((stage.to_owned(), 0.0, 0.0));
+                out.len() - 1
+            }
+        };
+        if which == 0 {
+            out[i].1 = value;
+        } else {
+            out[i].2 = value;
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the phases and prints the comparison.
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let brokers = std::env::var("QIM_BENCH_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
     let id = std::process::id();
@@ -182,37 +320,94 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let shutdown = CancellationToken::new();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;
     let url = format!("http://{}/v1/messages", writer.addr);
+    let metrics_url = format!("http://{}/metrics", writer.addr);
+    let raw_ns = format!("{namespace}raw");
+    let raw_conn =
+        qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: raw_ns.clone() }).await?;
+    let raw_producer = producer(&brokers, &topic).await?;
     let warm = Args { count: args.concurrency as u64 * 10, ..args.clone() };
-    raw_loop(&warm, &brokers, &topic, &format!("{namespace}raw")).await?;
+    raw_loop(&warm, &raw_conn, &raw_producer, &topic, &raw_ns, 50_000_000).await?;
     writer_peak(&warm, &url, 50_000_000).await?;
 
-    let raw = raw_loop(args, &brokers, &topic, &format!("{namespace}raw")).await?;
-    let peak = writer_peak(args, &url, 0).await?;
-    let paced = writer_paced(args, &url, peak.per_second / 2.0, 10_000_000).await?;
+    let mut conn =
+        qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: "qim".into() }).await?;
+    let kafka = kafka_pid();
+    let http = reqwest::Client::new();
+    let stages_before = stage_totals(&http, &metrics_url).await?;
+    let per_round = (args.count / ROUNDS).max(args.concurrency as u64);
+    let round = Args { count: per_round, ..args.clone() };
+    let (mut raw, mut peak) = (Totals::default(), Totals::default());
+    for r in 0..ROUNDS {
+        let before = Cpu::now(&mut conn, kafka.as_deref()).await?;
+        let m = raw_loop(&round, &raw_conn, &raw_producer, &topic, &raw_ns, r * per_round).await?;
+        let between = Cpu::now(&mut conn, kafka.as_deref()).await?;
+        raw.add(per_round, &m, between.since(before));
+        let m = writer_peak(&round, &url, r * per_round).await?;
+        let after = Cpu::now(&mut conn, kafka.as_deref()).await?;
+        peak.add(per_round, &m, after.since(between));
+    }
+    let stages_after = stage_totals(&http, &metrics_url).await?;
+    let paced = writer_paced(args, &url, peak.per_second() / 2.0, 10_000_000).await?;
     shutdown.cancel();
     writer.wait().await?;
-    let conn = qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: "qim".into() }).await?;
     super::redis::cleanup(conn, &namespace).await?;
     delete_topic(&brokers, &topic).await?;
 
-    let ratio = peak.per_second / raw.per_second;
+    let ratio = peak.per_second() / raw.per_second();
     println!(
-        "writer: {} sends, concurrency {}, {} conversations, {}-byte bodies, redis backend, kafka acks=all",
-        args.count, args.concurrency, args.conversations, args.payload
+        "writer: {} sends, concurrency {}, {} conversations, {}-byte bodies, redis backend, kafka acks=all, \
+         {ROUNDS} interleaved rounds",
+        per_round * ROUNDS,
+        args.concurrency,
+        args.conversations,
+        args.payload
     );
-    println!("  {:<44} {:>10} {:>10} {:>10}", "", "per sec", "p50 ms", "p99 ms");
-    let row = |name: &str, m: &Measurement| {
-        println!("  {:<44} {:>10.0} {:>10.2} {:>10.2}", name, m.per_second, ms(m.p50), ms(m.p99));
+    println!(
+        "  {:<44} {:>8} {:>8} {:>8} {:>11} {:>11} {:>11}",
+        "", "per sec", "p50 ms", "p99 ms", "proc µs/op", "redis µs/op", "kafka µs/op"
+    );
+    let kafka_text = |t: &Totals| t.kafka_micros().map_or("n/a".to_owned(), |k| format!("{k:.1}"));
+    let row = |name: &str, t: &Totals| {
+        println!(
+            "  {:<44} {:>8.0} {:>8.2} {:>8.2} {:>11.1} {:>11.1} {:>11}",
+            name,
+            t.per_second(),
+            t.p50(),
+            t.p99(),
+            t.micros(t.cpu.process),
+            t.micros(t.cpu.redis),
+            kafka_text(t)
+        );
     };
     row("raw loop: EVALSHA + produce + await delivery", &raw);
     row("writer at peak (HTTP → COMMITTED)", &peak);
-    row("writer paced at half its peak", &paced);
+    println!(
+        "  {:<44} {:>8.0} {:>8.2} {:>8.2}",
+        "writer paced at half its peak",
+        paced.per_second,
+        ms(paced.p50),
+        ms(paced.p99)
+    );
+    let mut stages = Vec::new();
+    for (stage, sum, count) in &stages_after {
+        let (sum0, count0) = stages_before.iter().find(|(s, _, _)| s == stage).map_or((0.0, 0.0), |(_, s, c)| (*s, *c));
+        if count - count0 > 0.0 {
+            stages.push((stage.clone(), (sum - sum0) * 1e3 / (count - count0)));
+        }
+    }
+    let shown: Vec<String> = stages.iter().map(|(s, m)| format!("{s} {m:.2}")).collect();
+    println!("  writer at peak, mean ms per stage: {}", shown.join(", "));
     println!("  ratio writer/raw: {ratio:.3} (target ≥ 0.5); p99 at half peak: {:.2} ms (target < 20)", ms(paced.p99));
     Ok(serde_json::json!({
-        "count": args.count, "concurrency": args.concurrency,
-        "raw_per_second": raw.per_second, "raw_p99_ms": ms(raw.p99),
-        "writer_per_second": peak.per_second, "writer_p50_ms": ms(peak.p50), "writer_p99_ms": ms(peak.p99),
+        "count": per_round * ROUNDS, "concurrency": args.concurrency, "rounds": ROUNDS,
+        "raw_per_second": raw.per_second(), "raw_p50_ms": raw.p50(), "raw_p99_ms": raw.p99(),
+        "writer_per_second": peak.per_second(), "writer_p50_ms": peak.p50(), "writer_p99_ms": peak.p99(),
         "ratio": ratio, "paced_per_second": paced.per_second,
         "paced_p50_ms": ms(paced.p50), "paced_p99_ms": ms(paced.p99),
+        "raw_process_cpu_us": raw.micros(raw.cpu.process), "raw_redis_cpu_us": raw.micros(raw.cpu.redis),
+        "raw_kafka_cpu_us": raw.kafka_micros(),
+        "writer_process_cpu_us": peak.micros(peak.cpu.process), "writer_redis_cpu_us": peak.micros(peak.cpu.redis),
+        "writer_kafka_cpu_us": peak.kafka_micros(),
+        "writer_stage_mean_ms": stages.iter().map(|(s, m)| (s.clone(), serde_json::json!(m))).collect::<serde_json::Map<_, _>>(),
     }))
 }
