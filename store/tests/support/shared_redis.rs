@@ -50,13 +50,29 @@ impl Drop for Cleanup {
         let Ok(client) = redis::Client::open(url().as_str()) else { return };
         let Ok(mut con) = client.get_connection() else { return };
         for ns in namespaces {
-            let keys: Vec<String> = match redis::Commands::scan_match(&mut con, format!("{ns}:*")) {
-                Ok(iter) => iter.filter_map(Result::ok).collect(),
-                Err(_) => continue,
-            };
-            for chunk in keys.chunks(500) {
-                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(chunk).query(&mut con);
-            }
+            let _ = unlink_namespace(&mut con, &ns);
         }
+    }
+}
+
+/// Keys one `SCAN` call walks. The shared Redis holds every namespace other suites and
+/// benchmarks left (millions of keys on a long-lived stack); at SCAN's default of 10 keys per
+/// call, walking them cost one round trip per 10 keys, seconds per test.
+const SCAN_COUNT: usize = 10_000;
+
+/// Unlinks every key of `ns` (one walk of the keyspace, [`SCAN_COUNT`] keys per round trip).
+fn unlink_namespace(con: &mut redis::Connection, ns: &str) -> redis::RedisResult<()> {
+    let pattern = format!("{ns}:*");
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_COUNT).query(con)?;
+        if !keys.is_empty() {
+            redis::cmd("UNLINK").arg(&keys).query::<i64>(con)?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
     }
 }
