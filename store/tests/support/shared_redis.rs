@@ -6,9 +6,13 @@ use std::sync::Mutex;
 
 /// The variable naming the Redis under test.
 pub const URL_VAR: &str = "QIM_TEST_REDIS_URL";
-const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
+/// Database 1 of the local stack's Redis: these suites' own. Each test removes its namespace, so
+/// the keyspace walk that finds a namespace's keys covers only the namespaces of tests still
+/// running, whatever services, demos and other suites leave in database 0 (millions of keys on
+/// a long-lived stack made that walk cost seconds per test).
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379/1";
 
-/// `QIM_TEST_REDIS_URL`, or the local stack's Redis.
+/// `QIM_TEST_REDIS_URL`, or database 1 of the local stack's Redis.
 pub fn url() -> String {
     std::env::var(URL_VAR).ok().filter(|u| !u.trim().is_empty()).unwrap_or_else(|| DEFAULT_URL.to_owned())
 }
@@ -55,9 +59,7 @@ impl Drop for Cleanup {
     }
 }
 
-/// Keys one `SCAN` call walks. The shared Redis holds every namespace other suites and
-/// benchmarks left (millions of keys on a long-lived stack); at SCAN's default of 10 keys per
-/// call, walking them cost one round trip per 10 keys, seconds per test.
+/// Keys one `SCAN` call walks (SCAN's default is 10: one round trip per 10 keys of the database).
 const SCAN_COUNT: usize = 10_000;
 
 /// Unlinks every key of `ns` (one walk of the keyspace, [`SCAN_COUNT`] keys per round trip).
