@@ -130,19 +130,4 @@ async fn two_instances_and_a_rebalance_while_records_flow(kind: Kind) {
     b.stop().await;
 }
 
-// The Scylla case timed out in CI (2026-11-30): after the rebalance a shard stopped
-// progressing, consistent with the known stall where a chunk that lost the Scylla
-// first-observation race is retried forever. Issue 8 stays open until it is fixed; the
-// case is kept, ignored with that reason, so it shows in every test run.
-mod two_instances_and_a_rebalance_while_records_flow {
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn redis() {
-        super::two_instances_and_a_rebalance_while_records_flow(super::support::Kind::Redis).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    #[ignore = "stalls after a rebalance on Scylla (first-observation race retried forever); issue 8 open"]
-    async fn scylla() {
-        super::two_instances_and_a_rebalance_while_records_flow(super::support::Kind::Scylla).await;
-    }
-}
+both_backends!(two_instances_and_a_rebalance_while_records_flow);

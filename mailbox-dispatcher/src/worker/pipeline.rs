@@ -11,16 +11,19 @@
 //!   grew gets one `advance_watermark` to the highest source of that prefix (see
 //!   [`super::window`]); the store checks every source it passes, so even a wrong target can
 //!   not pass incomplete work.
-//! - **Offsets** are stored once a record is complete in every lane (its entries and chunk
-//!   completions are durable), in order.
+//! - **Offsets** are stored, in order, once a record is complete in every lane (its entries and
+//!   chunk completions are durable) *and* every lane's watermark passed it. A new owner of the
+//!   partition (after a rebalance, a shutdown or a crash) therefore reads again every record a
+//!   watermark has not passed, and its own pages move the watermarks on: a lane is never left
+//!   behind because the partition went quiet.
 //! - **Memory** is bounded: at most [`MAX_WINDOW_RECORDS`] records or [`MAX_WINDOW_BYTES`] of
 //!   record bytes in flight; beyond that the pipeline stops reading its input, the worker's
 //!   channel fills and the consumer stops polling (backpressure).
 //!
 //! Revocation cancels the partition's token: nothing new starts, steps already started finish
 //! (their retries stop), nothing more is stored. Shutdown stops intake, finishes the records
-//! already received and stores their offsets (the worker revokes everything if that takes too
-//! long).
+//! already received, advances the watermarks over them (one last page) and stores their offsets
+//! (the worker revokes everything if that takes too long).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -78,6 +81,8 @@ pub struct Pipeline {
     advancing: [bool; LANE_COUNT],
     advanced: [Option<u64>; LANE_COUNT],
     watermarks_known: bool,
+    /// Shutdown's last page of watermark advances was started.
+    last_page: bool,
     gc_running: bool,
     last_gc: Instant,
     dirty: bool,
@@ -107,6 +112,7 @@ impl Pipeline {
             advancing: [false; LANE_COUNT],
             advanced: [None; LANE_COUNT],
             watermarks_known: false,
+            last_page: false,
             gc_running: false,
             last_gc: Instant::now(),
             dirty: false,
@@ -132,7 +138,15 @@ impl Pipeline {
             }
             let idle = self.to_begin.is_empty() && self.lanes.iter().all(VecDeque::is_empty);
             if intake_stopped && self.tasks.is_empty() && (revoked || idle) {
-                break;
+                if revoked || self.last_page {
+                    break;
+                }
+                // Shutdown: one last page, so the watermarks pass everything finished here and
+                // its offsets can be stored.
+                self.last_page = true;
+                self.dirty = true;
+                self.advance_page();
+                continue;
             }
             let room = self.window.has_room(MAX_WINDOW_RECORDS, MAX_WINDOW_BYTES);
             tokio::select! {
@@ -162,6 +176,7 @@ impl Pipeline {
             }
             self.store_completed();
         }
+        self.store_passed();
         let why = if self.revoked.is_cancelled() && !self.shutdown.is_cancelled() { "revoked" } else { "shutdown" };
         tracing::info!(shard = shard.0, why, left_in_flight = self.window.len(), "shard pipeline stopped");
     }
@@ -293,6 +308,26 @@ impl Pipeline {
         if self.revoked.is_cancelled() {
             return;
         }
+        self.advance_page();
+        if self.watermarks_known {
+            if let Some(highest) = self.window.highest() {
+                let lowest = self.advanced.iter().map(|w| w.map_or(0, |w| w + 1)).min().unwrap_or(0);
+                let lag = (highest + 1).saturating_sub(lowest);
+                gauge!(LANE_WATERMARK_LAG, "shard" => self.shard.0.to_string()).set(lag as f64);
+            }
+        }
+        if !self.gc_running && self.last_gc.elapsed() >= GC_EVERY {
+            self.gc_running = true;
+            self.last_gc = Instant::now();
+            let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
+            let keep = i64::try_from(self.ctx.keep.as_millis()).unwrap_or(i64::MAX);
+            let before = qim_store::ids::UnixMillis::now().0.saturating_sub(keep);
+            self.tasks.spawn(async move { Done::Gc(store.gc_completed_dispatches(shard, before, GC_LIMIT).await) });
+        }
+    }
+
+    /// Advances every lane whose complete prefix grew past its watermark (one task per lane).
+    fn advance_page(&mut self) {
         if self.dirty {
             self.dirty = false;
             for lane in LaneId::all() {
@@ -313,27 +348,21 @@ impl Pipeline {
                 });
             }
         }
-        if self.watermarks_known {
-            if let Some(highest) = self.window.highest() {
-                let lowest = self.advanced.iter().map(|w| w.map_or(0, |w| w + 1)).min().unwrap_or(0);
-                let lag = (highest + 1).saturating_sub(lowest);
-                gauge!(LANE_WATERMARK_LAG, "shard" => self.shard.0.to_string()).set(lag as f64);
-            }
-        }
-        if !self.gc_running && self.last_gc.elapsed() >= GC_EVERY {
-            self.gc_running = true;
-            self.last_gc = Instant::now();
-            let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
-            let keep = i64::try_from(self.ctx.keep.as_millis()).unwrap_or(i64::MAX);
-            let before = qim_store::ids::UnixMillis::now().0.saturating_sub(keep);
-            self.tasks.spawn(async move { Done::Gc(store.gc_completed_dispatches(shard, before, GC_LIMIT).await) });
-        }
     }
 
-    /// Stores the offset of the complete prefix (unless the partition was revoked).
+    /// Takes the complete prefix out of the window, then stores what the watermarks passed.
     fn store_completed(&mut self) {
-        let Some(last) = self.window.pop_complete() else { return };
-        self.dirty = true;
+        if self.window.pop_complete().is_some() {
+            self.dirty = true;
+        }
+        self.store_passed();
+    }
+
+    /// Stores the highest complete offset every lane's watermark passed (see
+    /// [`Window::storable`]), unless the partition was revoked.
+    fn store_passed(&mut self) {
+        let passed = self.advanced.iter().copied().min().flatten();
+        let Some(last) = self.window.storable(passed) else { return };
         if self.revoked.is_cancelled() {
             return;
         }

@@ -11,7 +11,7 @@
 //! lane, the popped prefix counts for every lane. A duplicate whose first observation is still
 //! in the window is complete in a lane exactly when that first observation is.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use qim_store::mailbox::{ChunkId, DispatchId, LaneId, LANES};
 
@@ -44,6 +44,9 @@ pub struct Window {
     popped_source: Option<u64>,
     weight: usize,
     highest: Option<u64>,
+    /// Popped offsets not stored yet, each with the highest source at or below it (`None`:
+    /// none), in order.
+    unstored: VecDeque<(u64, Option<u64>)>,
 }
 
 impl Window {
@@ -140,7 +143,8 @@ impl Window {
         target
     }
 
-    /// Removes the prefix complete in every lane; returns its last offset (to store).
+    /// Removes the prefix complete in every lane; returns its last offset. It may be stored once
+    /// the watermarks passed it (see [`Self::storable`]).
     pub fn pop_complete(&mut self) -> Option<u64> {
         let mut last = None;
         while let Some((&offset, slot)) = self.slots.first_key_value() {
@@ -157,7 +161,24 @@ impl Window {
                     self.work_at.remove(&id);
                 }
             }
+            self.unstored.push_back((offset, self.popped_source));
             last = Some(offset);
+        }
+        last
+    }
+
+    /// The highest popped offset that may be stored now that every lane's watermark is at least
+    /// `passed` (`None`: some lane has none): every source at or below it is passed. Storing
+    /// only then means a new owner (after a rebalance, a shutdown or a crash) reads again every
+    /// record some watermark has not passed, so its own pages move that watermark on.
+    pub fn storable(&mut self, passed: Option<u64>) -> Option<u64> {
+        let mut last = None;
+        while let Some(&(offset, source)) = self.unstored.front() {
+            if source.is_some_and(|s| passed.is_none_or(|p| p < s)) {
+                break;
+            }
+            last = Some(offset);
+            self.unstored.pop_front();
         }
         last
     }
@@ -238,6 +259,27 @@ mod tests {
         assert_eq!(w.lane_target(lane(3)), Some(8));
         assert_eq!(w.pop_complete(), Some(8));
         assert_eq!(w.work_of(&id(7)), None);
+    }
+
+    #[test]
+    fn offsets_are_storable_only_once_every_watermark_passed_their_sources() {
+        let mut w = Window::default();
+        for o in [1, 2, 3] {
+            w.push(o, 1);
+        }
+        w.work(1, id(1), counts(&[]));
+        w.skip(2);
+        w.work(3, id(3), counts(&[]));
+        assert_eq!(w.pop_complete(), Some(3));
+        assert_eq!(w.storable(None), None, "a lane without a watermark passed nothing");
+        assert_eq!(w.storable(Some(2)), Some(2), "offset 2 is refused: only source 1 must be passed");
+        assert_eq!(w.storable(Some(2)), None);
+        assert_eq!(w.storable(Some(3)), Some(3));
+        let mut w = Window::default();
+        w.push(7, 1);
+        w.skip(7);
+        w.pop_complete();
+        assert_eq!(w.storable(None), Some(7), "no source below: nothing to pass");
     }
 
     #[test]

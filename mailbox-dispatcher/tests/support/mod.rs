@@ -248,6 +248,66 @@ impl Fixture {
     }
 }
 
+impl Drop for Fixture {
+    /// Removes what the test created: its topics, and its Redis namespace or generated Scylla
+    /// keyspace. The stack is shared and long-lived; left behind, these pile up (a Redis of
+    /// millions of keys makes every namespace cleanup walk slow, a Kafka of thousands of
+    /// partitions starts in minutes).
+    fn drop(&mut self) {
+        let config = self.config.clone();
+        let cleanup = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(remove(config));
+        });
+        let _ = cleanup.join();
+    }
+}
+
+async fn remove(config: DispatcherConfig) {
+    let k = &config.kafka;
+    if let Ok(admin) =
+        ClientConfig::new().set("bootstrap.servers", &k.brokers).create::<AdminClient<DefaultClientContext>>()
+    {
+        let topics = [k.messages_topic.as_str(), k.dispatch_topic.as_str(), k.dlq_topic.as_str()];
+        let _ = tokio::time::timeout(Duration::from_secs(10), admin.delete_topics(&topics, &AdminOptions::new())).await;
+    }
+    match &config.backend {
+        Backend::Redis(r) => {
+            let Ok(client) = redis::Client::open(r.url.as_str()) else { return };
+            let Ok(mut con) = client.get_multiplexed_async_connection().await else { return };
+            let pattern = format!("{}:*", r.namespace);
+            let mut cursor: u64 = 0;
+            loop {
+                let Ok((next, keys)): redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(10_000)
+                    .query_async(&mut con)
+                    .await
+                else {
+                    return;
+                };
+                if !keys.is_empty() {
+                    let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(&keys).query_async(&mut con).await;
+                }
+                if next == 0 {
+                    return;
+                }
+                cursor = next;
+            }
+        }
+        // Only a keyspace generated for this test (an explicit one may be shared).
+        Backend::Scylla(s) if std::env::var(qim_store::scylla::config::TEST_KEYSPACE_VAR).is_err() => {
+            if let Ok(session) = open_session(s).await {
+                let _ = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", s.keyspace), &[]).await;
+            }
+        }
+        Backend::Scylla(_) => {}
+    }
+}
+
 /// A dispatcher running in this process.
 pub struct TestDispatcher {
     pub base: String,

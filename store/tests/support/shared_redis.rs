@@ -6,9 +6,13 @@ use std::sync::Mutex;
 
 /// The variable naming the Redis under test.
 pub const URL_VAR: &str = "QIM_TEST_REDIS_URL";
-const DEFAULT_URL: &str = "redis://127.0.0.1:6379/0";
+/// Database 1 of the local stack's Redis: these suites' own. Each test removes its namespace, so
+/// the keyspace walk that finds a namespace's keys covers only the namespaces of tests still
+/// running, whatever services, demos and other suites leave in database 0 (millions of keys on
+/// a long-lived stack made that walk cost seconds per test).
+const DEFAULT_URL: &str = "redis://127.0.0.1:6379/1";
 
-/// `QIM_TEST_REDIS_URL`, or the local stack's Redis.
+/// `QIM_TEST_REDIS_URL`, or database 1 of the local stack's Redis.
 pub fn url() -> String {
     std::env::var(URL_VAR).ok().filter(|u| !u.trim().is_empty()).unwrap_or_else(|| DEFAULT_URL.to_owned())
 }
@@ -50,13 +54,27 @@ impl Drop for Cleanup {
         let Ok(client) = redis::Client::open(url().as_str()) else { return };
         let Ok(mut con) = client.get_connection() else { return };
         for ns in namespaces {
-            let keys: Vec<String> = match redis::Commands::scan_match(&mut con, format!("{ns}:*")) {
-                Ok(iter) => iter.filter_map(Result::ok).collect(),
-                Err(_) => continue,
-            };
-            for chunk in keys.chunks(500) {
-                let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(chunk).query(&mut con);
-            }
+            let _ = unlink_namespace(&mut con, &ns);
         }
+    }
+}
+
+/// Keys one `SCAN` call walks (SCAN's default is 10: one round trip per 10 keys of the database).
+const SCAN_COUNT: usize = 10_000;
+
+/// Unlinks every key of `ns` (one walk of the keyspace, [`SCAN_COUNT`] keys per round trip).
+fn unlink_namespace(con: &mut redis::Connection, ns: &str) -> redis::RedisResult<()> {
+    let pattern = format!("{ns}:*");
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_COUNT).query(con)?;
+        if !keys.is_empty() {
+            redis::cmd("UNLINK").arg(&keys).query::<i64>(con)?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
     }
 }
