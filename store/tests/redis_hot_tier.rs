@@ -8,9 +8,10 @@ mod private_redis;
 use std::sync::Arc;
 
 use private_redis::PrivateRedis;
-use qim_store::clock::ManualClock;
+use qim_store::clock::{Clock, ManualClock};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
-use qim_store::message::{CommitState, Direction, HistoryQuery, Publication};
+use qim_store::ids::UnixMillis;
+use qim_store::message::{CommitState, Direction, HistoryPage, HistoryQuery, MessageRecord, Publication};
 use qim_store::redis::{RedisConfig, RedisMessageStore, SeqEvidence};
 use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
 use qim_store::testsuite::fixtures::{
@@ -34,7 +35,7 @@ async fn send(store: &RedisMessageStore, tenant: TenantId, conv: ConversationId,
     commit_fully(store, &request(tenant, user(1), id, conv, b"hello")).await.intent.seq.0
 }
 
-async fn history_seqs(store: &RedisMessageStore, tenant: TenantId, conv: ConversationId) -> (Vec<u64>, Option<u64>) {
+async fn history(store: &RedisMessageStore, tenant: TenantId, conv: ConversationId) -> HistoryPage {
     let auth = MembershipAuthorizer::default();
     auth.admit(tenant, conv, user(1));
     let q = HistoryQuery {
@@ -46,7 +47,11 @@ async fn history_seqs(store: &RedisMessageStore, tenant: TenantId, conv: Convers
         max_items: 100,
         max_bytes: 1 << 20,
     };
-    let page = store.history_page(&q, &auth).await.expect("history");
+    store.history_page(&q, &auth).await.expect("history")
+}
+
+async fn history_seqs(store: &RedisMessageStore, tenant: TenantId, conv: ConversationId) -> (Vec<u64>, Option<u64>) {
+    let page = history(store, tenant, conv).await;
     (page.records.iter().map(|r| r.seq.0).collect(), page.earliest_available.map(|s| s.0))
 }
 
@@ -124,6 +129,54 @@ async fn an_aof_restart_loses_nothing_acknowledged_and_requires_a_reseed() {
     assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "after a restart");
     store.reseed(&[SeqEvidence { tenant: t, conversation: conv, max_seq: ConversationSeq(20) }]).await.unwrap();
     assert_eq!(send(&store, t, conv, "m21").await, 21);
+}
+
+#[tokio::test]
+async fn the_hot_tier_is_restored_from_the_topic_s_records_without_overwriting_or_resurrecting() {
+    let redis = PrivateRedis::start();
+    let clock = clock();
+    let store = open(&redis, 30, clock.clone()).await;
+    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 1..=4 {
+        send(&store, t, conv, &format!("m{i}")).await;
+    }
+    // What qim.messages.v1 holds, then Redis loses everything.
+    let published: Vec<MessageRecord> = history(&store, t, conv).await.records;
+    assert_eq!(published.len(), 4);
+    redis::cmd("FLUSHALL").query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    let window_start = UnixMillis(clock.now().0 - 7 * MILLIS_PER_DAY);
+
+    let report = store.restore_records(&published, window_start).await.unwrap();
+    assert_eq!((report.restored, report.present, report.conflicts.len()), (4, 0, 0));
+    assert_eq!(history(&store, t, conv).await.records, published, "the same records, byte for byte");
+    let again = store.restore_records(&published, window_start).await.unwrap();
+    assert_eq!((again.restored, again.present), (0, 4), "restoring twice changes nothing");
+
+    // Another record under an existing seq is never written over the first.
+    let mut impostor = published[1].clone();
+    impostor.payload = b"another body".to_vec();
+    let report = store.restore_records(&[impostor], window_start).await.unwrap();
+    assert_eq!(report.conflicts.len(), 1, "{report:?}");
+    assert_eq!(history(&store, t, conv).await.records, published);
+
+    // Records outside the window or past their retention are skipped; a trimmed one stays gone.
+    let other = fresh_conversation();
+    let mut old = published[0].clone();
+    (old.conversation, old.created_at) = (other, UnixMillis(window_start.0 - 1));
+    let mut expired = published[0].clone();
+    (expired.conversation, expired.seq, expired.expires_at) = (other, ConversationSeq(2), Some(clock.now()));
+    let mut trimmed = published[0].clone();
+    (trimmed.conversation, trimmed.seq) = (other, ConversationSeq(3));
+    redis::cmd("SET").arg(store.lower_bound_key(t, other)).arg(3).query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    let report = store.restore_records(&[old, expired, trimmed], window_start).await.unwrap();
+    assert_eq!((report.outside_window, report.expired, report.removed, report.restored), (1, 1, 1, 0), "{report:?}");
+
+    // The restored records carry their expiry registrations: the drain removes them on time.
+    store.reseed(&[SeqEvidence { tenant: t, conversation: conv, max_seq: ConversationSeq(4) }]).await.unwrap();
+    assert_eq!(send(&store, t, conv, "m5").await, 5);
+    clock.advance(30 * MILLIS_PER_DAY + 1);
+    assert_eq!(store.gc_expired_history(100).await.unwrap().removed, 5);
 }
 
 #[tokio::test]

@@ -1,11 +1,10 @@
 //! Replay/rebuild (issue 9, deliverable 4): after a workload converged, the run's Redis state
 //! (hot tier, commit state, seq counters, membership, mailboxes) and its archive are wiped; the
-//! writer restarts and must re-seed its seq counters from `qim.messages.v1` before it accepts a
-//! send; the archive is rebuilt by `qim-archiver replay --from earliest`; the mailboxes by the
-//! dispatcher re-reading both topics from the earliest offset. Nothing re-fills the hot tier's
-//! history from Kafka (history older than the wipe is read from the archive through the tiered
-//! store), so the checker exempts messages created before the wipe from the hot tier and the
-//! test reads that history through the writer's API instead. Then the checker must accept.
+//! writer restarts and, before it accepts a send, reads `qim.messages.v1` from the beginning:
+//! it writes the hot window's records back into the hot tier and re-seeds its seq counters. The
+//! archive is rebuilt by `qim-archiver replay --from earliest`; the mailboxes by the dispatcher
+//! re-reading both topics from the earliest offset. Then the checker must accept, with every
+//! acknowledged message back in the hot tier.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -45,16 +44,18 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     pipeline.stop().await.expect("clean stop");
 
     // Wipe: every Redis key of the run, and the archive keyspace.
-    let wiped_at = qim_store::ids::UnixMillis::now().0;
     let keys = wipe_redis_namespace(&env).await.expect("wiping Redis");
     assert!(keys > 100, "the run had Redis state ({keys} keys)");
     recreate_keyspace(&env).await.expect("recreating the keyspace");
 
-    // The writer re-seeds from the topic before it is ready.
+    // The writer rebuilds the hot tier and re-seeds from the topic before it is ready.
     let mut writer = Service::start(ServiceKind::Writer, &bins, &env, &[]).await.expect("the writer restarts");
     let log = strip_ansi(&std::fs::read_to_string(writer.log_path()).unwrap());
     let seeded = log.lines().rev().find(|l| l.contains("seq counters seeded")).expect("the writer logs its re-seed");
     assert!(!seeded.contains("conversations=0"), "the re-seed named no conversation: {seeded}");
+    let rebuilt = log.lines().rev().find(|l| l.contains("hot tier rebuilt")).expect("the writer logs the rebuild");
+    assert!(rebuilt.contains(&format!("restored={}", first.acks.len())), "not every record restored: {rebuilt}");
+    assert!(rebuilt.contains("conflicts=0"), "{rebuilt}");
 
     // Rebuild: the archive by replay, the mailboxes by rewinding the dispatcher's groups.
     let out = run_command(ServiceKind::Archiver, &bins, &env, &["replay", "--from", "earliest"]).await.expect("replay");
@@ -92,7 +93,7 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     let acks: Vec<_> = first.acks.iter().chain(&second.acks).cloned().collect();
     pipeline.converge(&acks, Duration::from_secs(90)).await.expect("converges after the rebuild");
 
-    // History from before the wipe is served (from the archive) through the writer's API.
+    // History from before the wipe is served through the writer's API.
     let conversation = &plan.conversations[plan.conversations.len() - 2];
     let url = format!(
         "{}/v1/tenants/{}/conversations/{}/messages?viewer={}&direction=newer&max_items=500",
@@ -109,11 +110,11 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     }
     pipeline.stop().await.expect("clean stop");
 
-    let mut input = CheckInput::new(env.clone(), &plan, acks, first.retries_mismatched + second.retries_mismatched);
-    input.hot_exempt_before = Some(wiped_at);
+    let input = CheckInput::new(env.clone(), &plan, acks, first.retries_mismatched + second.retries_mismatched);
     let verdict = checker::check(&input).await.expect("the checker reads everything");
     println!("{verdict}");
     assert!(verdict.is_ok(), "{verdict}");
     assert_eq!(verdict.counts.archived + verdict.counts.expired, input.acks.len());
+    assert_eq!(verdict.counts.hot, input.acks.len(), "every acknowledged message is back in the hot tier");
     assert_eq!(verdict.counts.mailbox_entries, verdict.counts.expected_mailbox_entries);
 }

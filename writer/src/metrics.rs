@@ -19,6 +19,8 @@ pub const AUX_COLLECTED: &str = "qim_writer_commit_aux_collected_total";
 pub const KAFKA_DELIVERY_ERRORS: &str = "qim_writer_kafka_delivery_errors_total";
 /// Counter: re-seeds of the seq counters after Redis lost state.
 pub const RESEEDS: &str = "qim_writer_reseeds_total";
+/// Counter: history records written back into the hot tier from the topic by a re-seed.
+pub const HOT_TIER_RESTORED: &str = "qim_writer_hot_tier_restored_total";
 /// Counter, labels `route` and `status`: HTTP requests answered.
 pub const HTTP_REQUESTS: &str = "qim_writer_http_requests_total";
 
@@ -33,5 +35,6 @@ pub fn describe() {
     describe_counter!(AUX_COLLECTED, "Auxiliary facts of committed commits collected.");
     describe_counter!(KAFKA_DELIVERY_ERRORS, "Kafka deliveries that failed or timed out.");
     describe_counter!(RESEEDS, "Seq counter re-seeds after Redis lost state.");
+    describe_counter!(HOT_TIER_RESTORED, "History records written back into the hot tier from the topic by a re-seed.");
     describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status.");
 }

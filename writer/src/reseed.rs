@@ -3,17 +3,19 @@
 //! When Redis lost state (or was never seeded) the store refuses to issue seqs. The evidence of
 //! every acknowledged seq is in `qim.messages.v1`: a commit is acknowledged only after its
 //! record was published. [`Reseeder::ensure_seeded`] reads the topic from the beginning to the
-//! high watermarks taken at the start, raises each conversation's counter to the highest seq
-//! seen, then writes the seed markers (see `qim_store::redis::seeding`). Concurrent callers
-//! share one pass.
+//! high watermarks taken at the start, writes the records of the hot window back into the hot
+//! tier as it goes (`RedisMessageStore::restore_records`), raises each conversation's counter
+//! to the highest seq seen, then writes the seed markers (see `qim_store::redis::seeding`).
+//! Concurrent callers share one pass.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::counter;
-use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
-use qim_store::redis::{RedisMessageStore, SeqEvidence};
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
+use qim_store::message::MessageRecord;
+use qim_store::redis::{RedisMessageStore, RestoreReport, SeqEvidence};
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_store::StoreError;
 use rdkafka::config::ClientConfig;
@@ -22,23 +24,35 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Mutex;
 
-use crate::metrics::RESEEDS;
+use crate::metrics::{HOT_TIER_RESTORED, RESEEDS};
 
 /// Longest wait for one poll or metadata request while scanning.
 const SCAN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Re-seeds one Redis store's counters from one topic; one pass at a time.
+/// Records written back into the hot tier per batch (two Redis round trips each).
+const RESTORE_BATCH: usize = 512;
+
+/// Re-seeds one Redis store's counters from one topic, and rebuilds its hot tier from it; one
+/// pass at a time.
 pub struct Reseeder {
     store: RedisMessageStore,
     brokers: String,
     topic: String,
+    hot_window_days: u32,
     running: Mutex<()>,
 }
 
 impl Reseeder {
-    /// A reseeder for `store` reading evidence from `topic` at `brokers`.
-    pub fn new(store: RedisMessageStore, brokers: &str, topic: &str) -> Arc<Self> {
-        Arc::new(Self { store, brokers: brokers.to_owned(), topic: topic.to_owned(), running: Mutex::new(()) })
+    /// A reseeder for `store` reading evidence from `topic` at `brokers`; it restores the
+    /// records created within the last `hot_window_days`.
+    pub fn new(store: RedisMessageStore, brokers: &str, topic: &str, hot_window_days: u32) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            brokers: brokers.to_owned(),
+            topic: topic.to_owned(),
+            hot_window_days,
+            running: Mutex::new(()),
+        })
     }
 
     /// Re-seeds if any slot lacks its seed marker; returns how many conversations the evidence
@@ -48,11 +62,39 @@ impl Reseeder {
         if self.store.missing_seed_markers().await? == 0 {
             return Ok(0);
         }
-        let (brokers, topic) = (self.brokers.clone(), self.topic.clone());
-        let evidence = tokio::task::spawn_blocking(move || scan_topic(&brokers, &topic))
-            .await
-            .map_err(|e| StoreError::InvariantViolation(format!("evidence scan task failed: {e}")))?
-            .map_err(|why| StoreError::Unavailable { message: format!("reading seq evidence: {why}"), source: None })?;
+        let (brokers, topic, store) = (self.brokers.clone(), self.topic.clone(), self.store.clone());
+        let window_start = UnixMillis(UnixMillis::now().0 - i64::from(self.hot_window_days) * MILLIS_PER_DAY);
+        let runtime = tokio::runtime::Handle::current();
+        let (evidence, restored) = tokio::task::spawn_blocking(move || {
+            let mut report = RestoreReport::default();
+            let evidence = scan_topic(&brokers, &topic, |records| {
+                let batch = runtime.block_on(store.restore_records(&records, window_start))?;
+                report.add(batch);
+                Ok(())
+            })?;
+            Ok::<_, ScanError>((evidence, report))
+        })
+        .await
+        .map_err(|e| StoreError::InvariantViolation(format!("evidence scan task failed: {e}")))?
+        .map_err(|e| match e {
+            ScanError::Kafka(why) => {
+                StoreError::Unavailable { message: format!("reading seq evidence: {why}"), source: None }
+            }
+            ScanError::Store(e) => e,
+        })?;
+        for reason in &restored.conflicts {
+            tracing::error!(%reason, "a record in the topic conflicts with the hot tier; left as it was");
+        }
+        counter!(HOT_TIER_RESTORED).increment(restored.restored as u64);
+        tracing::info!(
+            restored = restored.restored,
+            present = restored.present,
+            removed = restored.removed,
+            outside_window = restored.outside_window,
+            expired = restored.expired,
+            conflicts = restored.conflicts.len(),
+            "hot tier rebuilt from the topic"
+        );
         self.store.reseed(&evidence).await?;
         counter!(RESEEDS).increment(1);
         tracing::info!(conversations = evidence.len(), topic = %self.topic, "seq counters re-seeded");
@@ -60,8 +102,30 @@ impl Reseeder {
     }
 }
 
-/// The highest seq of every conversation in `topic`, from the beginning to the current end.
-fn scan_topic(brokers: &str, topic: &str) -> Result<Vec<SeqEvidence>, String> {
+/// Why a scan stopped.
+#[derive(Debug, thiserror::Error)]
+enum ScanError {
+    /// Reading the topic failed.
+    #[error("{0}")]
+    Kafka(String),
+    /// Restoring records failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<String> for ScanError {
+    fn from(why: String) -> Self {
+        ScanError::Kafka(why)
+    }
+}
+
+/// The highest seq of every conversation in `topic`, from the beginning to the current end;
+/// every decoded record is also handed to `restore`, in batches of [`RESTORE_BATCH`].
+fn scan_topic(
+    brokers: &str,
+    topic: &str,
+    mut restore: impl FnMut(Vec<MessageRecord>) -> Result<(), StoreError>,
+) -> Result<Vec<SeqEvidence>, ScanError> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "qim-writer-reseed")
@@ -73,7 +137,7 @@ fn scan_topic(brokers: &str, topic: &str) -> Result<Vec<SeqEvidence>, String> {
     let partitions: Vec<i32> =
         md.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect::<Vec<_>>();
     if partitions.is_empty() {
-        return Err(format!("topic {topic} has no partitions (does it exist?)"));
+        return Err(format!("topic {topic} has no partitions (does it exist?)").into());
     }
     let mut remaining = HashMap::new();
     let mut assignment = TopicPartitionList::new();
@@ -86,13 +150,14 @@ fn scan_topic(brokers: &str, topic: &str) -> Result<Vec<SeqEvidence>, String> {
         }
     }
     let mut max: HashMap<(TenantId, ConversationId), u64> = HashMap::new();
+    let mut pending = Vec::with_capacity(RESTORE_BATCH);
     let mut undecodable = 0u64;
     if !remaining.is_empty() {
         consumer.assign(&assignment).map_err(|e| format!("assigning {topic}: {e}"))?;
     }
     while !remaining.is_empty() {
         let Some(message) = consumer.poll(SCAN_TIMEOUT) else {
-            return Err(format!("no progress reading {topic} within {SCAN_TIMEOUT:?}"));
+            return Err(format!("no progress reading {topic} within {SCAN_TIMEOUT:?}").into());
         };
         let message = message.map_err(|e| format!("reading {topic}: {e}"))?;
         let header =
@@ -101,6 +166,10 @@ fn scan_topic(brokers: &str, topic: &str) -> Result<Vec<SeqEvidence>, String> {
             Ok(r) => {
                 let seq = max.entry((r.tenant, r.conversation)).or_default();
                 *seq = (*seq).max(r.seq.0);
+                pending.push(r);
+                if pending.len() >= RESTORE_BATCH {
+                    restore(std::mem::take(&mut pending))?;
+                }
             }
             Err(e) => {
                 undecodable += 1;
@@ -110,6 +179,9 @@ fn scan_topic(brokers: &str, topic: &str) -> Result<Vec<SeqEvidence>, String> {
         if remaining.get(&message.partition()).is_some_and(|high| message.offset() + 1 >= *high) {
             remaining.remove(&message.partition());
         }
+    }
+    if !pending.is_empty() {
+        restore(pending)?;
     }
     if undecodable > 0 {
         tracing::warn!(undecodable, %topic, "re-seed evidence skipped undecodable records");

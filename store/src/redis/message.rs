@@ -127,9 +127,11 @@ mod history;
 mod hot_tier;
 mod inflight;
 mod keys;
+mod restore;
 mod scripts;
 
 pub use self::hot_tier::{SeqEvidence, TrimReport};
+pub use self::restore::RestoreReport;
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -7,7 +7,7 @@ use super::scripts::{
 };
 use super::{RedisMessageStore, MAX_SEQ};
 use crate::error::{StoreError, StoreResult};
-use crate::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
+use crate::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
 use crate::message::CommitIntent;
 use crate::redis::seeding;
 
@@ -97,16 +97,31 @@ impl RedisMessageStore {
     /// expiry drain.
     pub(super) fn hot_tier_registrations(&self, intent: &CommitIntent, batch: &mut Batch) {
         let request = &intent.request;
-        let member = expiry_member(request.key.tenant, request.conversation, intent.seq);
-        if let Some(expiry) = self.policy.expires_at(request.retention, intent.created_at) {
+        let expiry = self.policy.expires_at(request.retention, intent.created_at);
+        self.registrations(request.key.tenant, request.conversation, intent.seq, intent.created_at, expiry, batch);
+    }
+
+    /// [`Self::hot_tier_registrations`] of the record at `seq`, created at `created_at`, expiring
+    /// at `expiry`.
+    pub(super) fn registrations(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+        created_at: UnixMillis,
+        expiry: Option<UnixMillis>,
+        batch: &mut Batch,
+    ) {
+        let member = expiry_member(tenant, conversation, seq);
+        if let Some(expiry) = expiry {
             let trimmed_first =
-                self.trim_window_millis.is_some_and(|w| expiry.0 - intent.created_at.0 >= w + MILLIS_PER_DAY);
+                self.trim_window_millis.is_some_and(|w| expiry.0 - created_at.0 >= w + MILLIS_PER_DAY);
             if !trimmed_first {
                 batch.command("ZADD").arg(self.keys.history_gc()).arg(expiry.0).arg(&member);
             }
         }
         if self.trim_window_millis.is_some() {
-            batch.command("ZADD").arg(self.keys.hot_window()).arg(intent.created_at.0).arg(&member);
+            batch.command("ZADD").arg(self.keys.hot_window()).arg(created_at.0).arg(&member);
         }
     }
 

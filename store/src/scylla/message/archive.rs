@@ -112,11 +112,10 @@ struct Row {
     seq: i64,
     blob: Vec<u8>,
     expires_at: Option<i64>,
-    ttl: i32,
 }
 
 impl Row {
-    fn new(record: &MessageRecord, now: UnixMillis) -> StoreResult<Self> {
+    fn new(record: &MessageRecord) -> StoreResult<Self> {
         archive_check(record).map_err(|e| StoreError::InvalidInput(e.to_string()))?;
         Ok(Self {
             tenant: record.tenant.0,
@@ -125,8 +124,14 @@ impl Row {
             seq: u64_to_i64("conversation seq", record.seq.0)?,
             blob: encode_record(record),
             expires_at: record.expires_at.map(|at| at.0),
-            ttl: record.expires_at.map_or(0, |at| ttl_secs(at, now)),
         })
+    }
+
+    /// The TTL a statement sent at `now` carries (0: no TTL). Taken per statement, just before
+    /// it is sent: a TTL taken earlier would keep a row alive past its expiry by however long
+    /// the statement waited (slow batches, a restarting server).
+    fn ttl(&self, now: UnixMillis) -> i32 {
+        self.expires_at.map_or(0, |at| ttl_secs(UnixMillis(at), now))
     }
 
     fn what(&self) -> String {
@@ -143,8 +148,7 @@ impl ScyllaMessageStore {
     /// already written are rewritten with the same values).
     pub async fn archive_records(&self, records: &[MessageRecord], concurrency: usize) -> StoreResult<()> {
         let records_in = records;
-        let now = self.now();
-        let rows = records.iter().map(|r| Row::new(r, now)).collect::<StoreResult<Vec<_>>>()?;
+        let rows = records.iter().map(Row::new).collect::<StoreResult<Vec<_>>>()?;
         let concurrency = concurrency.max(1);
         let rows = &rows;
         // Owned work items (row index, which statement): closures over borrowed tuples would
@@ -152,18 +156,19 @@ impl ScyllaMessageStore {
         let write = |(i, step): (usize, Step)| async move {
             let row = &rows[i];
             let (session, st) = (&self.inner.session, &self.inner.st);
+            let ttl = row.ttl(self.now());
             let result = match step {
                 Step::Record => {
-                    let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, row.ttl);
+                    let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, ttl);
                     session.execute_unpaged(&st.insert_record, values).await
                 }
                 Step::Index => {
                     let expires = row.expires_at.map_or(MaybeUnset::Unset, MaybeUnset::Set);
-                    let values = (&row.tenant[..], &row.conversation[..], row.seq, expires, row.ttl);
+                    let values = (&row.tenant[..], &row.conversation[..], row.seq, expires, ttl);
                     session.execute_unpaged(&st.insert_index, values).await
                 }
                 Step::Expiry(at) => {
-                    let entry_ttl = row.ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
+                    let entry_ttl = ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
                     let values = (hour_bucket(at), at, &row.tenant[..], &row.conversation[..], row.seq, entry_ttl);
                     session.execute_unpaged(&st.insert_expiry, values).await
                 }
