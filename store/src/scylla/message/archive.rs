@@ -7,7 +7,15 @@
 //! until the record's own `expires_at` (fixed at commit by the writer's `RetentionPolicy`), at
 //! least 1 s: a late archive still vanishes at the original moment, an expired record is written
 //! with 1 s and never resurrected, and a record that never expires (compliance hold, tenant
-//! custom) gets no TTL. Using the record's expiry rather than recomputing it keeps the blob, the
+//! custom) gets no TTL.
+//!
+//! The server keeps a row's deletion moment in whole seconds: the second it executed the
+//! statement plus the TTL. The TTL is therefore counted from the whole second the statement is
+//! sent in, up to the expiry rounded up ([`aligned_ttl`]), and a record or index statement whose
+//! acknowledgement arrives in a later second than it was sent (the server may have executed it
+//! there) is sent again with a fresh TTL. So a row vanishes in the second after its expiry,
+//! never before, however long a busy or restarting server queued the statement (up to
+//! [`TTL_ATTEMPTS`] sends). Using the record's expiry rather than recomputing it keeps the blob, the
 //! index entry and the hot tier in agreement (history reads check that `expires_at` matches);
 //! [`archive_check`] refuses records whose expiry contradicts their class.
 //!
@@ -20,7 +28,7 @@ use futures_util::stream::{self, TryStreamExt};
 use scylla::value::MaybeUnset;
 
 use super::buckets::{bound_of, seq_bucket};
-use super::commit::{ttl_secs, MAX_TTL_SECS};
+use super::commit::MAX_TTL_SECS;
 use super::ScyllaMessageStore;
 use crate::codec::{encode_record, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
@@ -32,6 +40,19 @@ use crate::scylla::schema::{hour_bucket, SEQ_BUCKET_SIZE};
 
 /// Expiry entries outlive their record by this much (as `put_record` writes them).
 const EXPIRY_ENTRY_GRACE_SECS: i32 = 3600;
+
+/// Sends of one record or index statement at most, while its acknowledgement keeps arriving in
+/// a later whole second than it was sent (see the module docs).
+pub const TTL_ATTEMPTS: usize = 4;
+
+/// The TTL of a row that must vanish at `expires`, for a statement sent at `now`: from the
+/// whole second of `now` to the expiry rounded up to a whole second; at least 1 s, at most
+/// [`MAX_TTL_SECS`]. Executed within the second of `now`, the row vanishes within one second
+/// after `expires`, never before.
+pub fn aligned_ttl(expires: UnixMillis, now: UnixMillis) -> i32 {
+    let secs = expires.0.div_euclid(1000) + i64::from(expires.0.rem_euclid(1000) != 0) - now.0.div_euclid(1000);
+    i32::try_from(secs.max(1)).unwrap_or(MAX_TTL_SECS).min(MAX_TTL_SECS)
+}
 
 /// Why a record can not be archived: it would contradict the retention rules or the schema.
 /// A record refused here is refused forever (a consumer dead-letters it, never retries).
@@ -131,7 +152,7 @@ impl Row {
     /// it is sent: a TTL taken earlier would keep a row alive past its expiry by however long
     /// the statement waited (slow batches, a restarting server).
     fn ttl(&self, now: UnixMillis) -> i32 {
-        self.expires_at.map_or(0, |at| ttl_secs(UnixMillis(at), now))
+        self.expires_at.map_or(0, |at| aligned_ttl(UnixMillis(at), now))
     }
 
     fn what(&self) -> String {
@@ -156,24 +177,35 @@ impl ScyllaMessageStore {
         let write = |(i, step): (usize, Step)| async move {
             let row = &rows[i];
             let (session, st) = (&self.inner.session, &self.inner.st);
-            let ttl = row.ttl(self.now());
-            let result = match step {
-                Step::Record => {
-                    let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, ttl);
-                    session.execute_unpaged(&st.insert_record, values).await
+            for attempt in 1..=TTL_ATTEMPTS {
+                let sent = self.now();
+                let ttl = row.ttl(sent);
+                let result = match step {
+                    Step::Record => {
+                        let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, ttl);
+                        session.execute_unpaged(&st.insert_record, values).await
+                    }
+                    Step::Index => {
+                        let expires = row.expires_at.map_or(MaybeUnset::Unset, MaybeUnset::Set);
+                        let values = (&row.tenant[..], &row.conversation[..], row.seq, expires, ttl);
+                        session.execute_unpaged(&st.insert_index, values).await
+                    }
+                    Step::Expiry(at) => {
+                        // Outlives the record by an hour: its second needs no care.
+                        let entry_ttl = ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
+                        let values = (hour_bucket(at), at, &row.tenant[..], &row.conversation[..], row.seq, entry_ttl);
+                        session.execute_unpaged(&st.insert_expiry, values).await
+                    }
+                };
+                result.map_err(|e| unavailable(row.what(), e))?;
+                let settled = ttl == 0
+                    || matches!(step, Step::Expiry(_))
+                    || self.now().0.div_euclid(1000) == sent.0.div_euclid(1000);
+                if settled || attempt == TTL_ATTEMPTS {
+                    break;
                 }
-                Step::Index => {
-                    let expires = row.expires_at.map_or(MaybeUnset::Unset, MaybeUnset::Set);
-                    let values = (&row.tenant[..], &row.conversation[..], row.seq, expires, ttl);
-                    session.execute_unpaged(&st.insert_index, values).await
-                }
-                Step::Expiry(at) => {
-                    let entry_ttl = ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
-                    let values = (hour_bucket(at), at, &row.tenant[..], &row.conversation[..], row.seq, entry_ttl);
-                    session.execute_unpaged(&st.insert_expiry, values).await
-                }
-            };
-            result.map(drop).map_err(|e| unavailable(row.what(), e))
+            }
+            Ok::<(), StoreError>(())
         };
         let records = (0..rows.len()).map(|i| Ok((i, Step::Record)));
         stream::iter(records).try_for_each_concurrent(concurrency, write).await?;
@@ -200,6 +232,21 @@ impl ScyllaMessageStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aligned_ttl_counts_from_the_sending_second_to_the_expiry_rounded_up() {
+        let now = UnixMillis(10_700);
+        assert_eq!(aligned_ttl(UnixMillis(20_000), now), 10, "an expiry on a whole second");
+        assert_eq!(aligned_ttl(UnixMillis(20_001), now), 11, "rounded up: never early");
+        assert_eq!(aligned_ttl(UnixMillis(10_900), now), 1, "within the second: at least 1 s");
+        assert_eq!(aligned_ttl(UnixMillis(5_000), now), 1, "expired: 1 s, never resurrected");
+        assert_eq!(aligned_ttl(UnixMillis(i64::MAX), now), MAX_TTL_SECS);
+        // Executed in the second of `now`, the row vanishes at ⌊now⌋ + ttl: in [expiry, expiry + 1 s).
+        for expires in [20_000, 20_001, 20_999, 86_400_123] {
+            let vanishes = now.0.div_euclid(1000) * 1000 + i64::from(aligned_ttl(UnixMillis(expires), now)) * 1000;
+            assert!((expires..expires + 1000).contains(&vanishes), "{expires} vanishes at {vanishes}");
+        }
+    }
     use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UserId, MILLIS_PER_DAY};
     use crate::message::MessageKind;
 
