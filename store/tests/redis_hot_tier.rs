@@ -9,8 +9,7 @@ use std::sync::Arc;
 
 use private_redis::PrivateRedis;
 use qim_store::clock::{Clock, ManualClock};
-use qim_store::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
-use qim_store::ids::UnixMillis;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
 use qim_store::message::{CommitState, Direction, HistoryPage, HistoryQuery, MessageRecord, Publication};
 use qim_store::redis::{RedisConfig, RedisMessageStore, SeqEvidence};
 use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
@@ -168,7 +167,12 @@ async fn the_hot_tier_is_restored_from_the_topic_s_records_without_overwriting_o
     (expired.conversation, expired.seq, expired.expires_at) = (other, ConversationSeq(2), Some(clock.now()));
     let mut trimmed = published[0].clone();
     (trimmed.conversation, trimmed.seq) = (other, ConversationSeq(3));
-    redis::cmd("SET").arg(store.lower_bound_key(t, other)).arg(3).query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    redis::cmd("SET")
+        .arg(store.lower_bound_key(t, other))
+        .arg(3)
+        .query_async::<()>(&mut raw(&redis).await)
+        .await
+        .unwrap();
     let report = store.restore_records(&[old, expired, trimmed], window_start).await.unwrap();
     assert_eq!((report.outside_window, report.expired, report.removed, report.restored), (1, 1, 1, 0), "{report:?}");
 

@@ -57,7 +57,10 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
         .await
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("checking kafka at {}", config.kafka_brokers))?;
-    let reseeder = stores.redis.clone().map(|s| Reseeder::new(s, &config.kafka_brokers, &config.messages_topic, config.hot_window_days));
+    let reseeder = stores
+        .redis
+        .clone()
+        .map(|s| Reseeder::new(s, &config.kafka_brokers, &config.messages_topic, config.hot_window_days));
     if let Some(reseeder) = &reseeder {
         let named = reseeder.ensure_seeded().await.context("re-seeding seq counters from kafka")?;
         tracing::info!(conversations = named, "seq counters seeded");

@@ -62,8 +62,7 @@ async fn after_redis_lost_its_state_the_next_seq_continues_from_kafka() {
         .get(&format!("/v1/tenants/{tenant}/conversations/{conversation}/messages?viewer={alice}&direction=newer"))
         .await;
     assert_eq!(status, 200, "{page}");
-    let seqs: Vec<u64> =
-        page["records"].as_array().unwrap().iter().filter_map(|r| r["seq"].as_u64()).collect();
+    let seqs: Vec<u64> = page["records"].as_array().unwrap().iter().filter_map(|r| r["seq"].as_u64()).collect();
     assert_eq!(seqs, vec![1, 2, 3, 4], "{page}");
     let metrics = w.http.get(format!("{}/metrics", w.base)).send().await.unwrap().text().await.unwrap();
     assert!(metrics.contains("qim_writer_reseeds_total"), "the re-seed is counted");

@@ -114,8 +114,7 @@ impl RedisMessageStore {
     ) {
         let member = expiry_member(tenant, conversation, seq);
         if let Some(expiry) = expiry {
-            let trimmed_first =
-                self.trim_window_millis.is_some_and(|w| expiry.0 - created_at.0 >= w + MILLIS_PER_DAY);
+            let trimmed_first = self.trim_window_millis.is_some_and(|w| expiry.0 - created_at.0 >= w + MILLIS_PER_DAY);
             if !trimmed_first {
                 batch.command("ZADD").arg(self.keys.history_gc()).arg(expiry.0).arg(&member);
             }
