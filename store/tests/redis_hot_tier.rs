@@ -11,7 +11,7 @@ use private_redis::PrivateRedis;
 use qim_store::clock::{Clock, ManualClock};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
 use qim_store::message::{CommitState, Direction, HistoryPage, HistoryQuery, MessageRecord, Publication};
-use qim_store::redis::{RedisConfig, RedisMessageStore, SeqEvidence};
+use qim_store::redis::{PublishedRecord, RedisConfig, RedisMessageStore, SeqEvidence};
 use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
 use qim_store::testsuite::fixtures::{
     assert_kind, clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer,
@@ -131,41 +131,48 @@ async fn an_aof_restart_loses_nothing_acknowledged_and_requires_a_reseed() {
 }
 
 #[tokio::test]
-async fn the_hot_tier_is_restored_from_the_topic_s_records_without_overwriting_or_resurrecting() {
+async fn the_hot_tier_and_recent_commits_are_restored_from_the_topic_without_overwriting_or_resurrecting() {
     let redis = PrivateRedis::start();
     let clock = clock();
     let store = open(&redis, 30, clock.clone()).await;
     store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut acknowledged = Vec::new();
     for i in 1..=4 {
-        send(&store, t, conv, &format!("m{i}")).await;
+        let req = request(t, user(1), &format!("m{i}"), conv, b"hello");
+        acknowledged.push((req.clone(), commit_fully(&store, &req).await));
     }
     // What qim.messages.v1 holds, then Redis loses everything.
-    let published: Vec<MessageRecord> = history(&store, t, conv).await.records;
-    assert_eq!(published.len(), 4);
+    let records: Vec<MessageRecord> = history(&store, t, conv).await.records;
+    assert_eq!(records.len(), 4);
+    let published = |records: &[MessageRecord]| -> Vec<PublishedRecord> {
+        let at = |i| Publication { partition: 0, offset: i as i64 };
+        records.iter().enumerate().map(|(i, r)| PublishedRecord { record: r.clone(), publication: at(i) }).collect()
+    };
     redis::cmd("FLUSHALL").query_async::<()>(&mut raw(&redis).await).await.unwrap();
     let window_start = UnixMillis(clock.now().0 - 7 * MILLIS_PER_DAY);
 
-    let report = store.restore_records(&published, window_start).await.unwrap();
+    let report = store.restore_records(&published(&records), window_start).await.unwrap();
     assert_eq!((report.restored, report.present, report.conflicts.len()), (4, 0, 0));
-    assert_eq!(history(&store, t, conv).await.records, published, "the same records, byte for byte");
-    let again = store.restore_records(&published, window_start).await.unwrap();
-    assert_eq!((again.restored, again.present), (0, 4), "restoring twice changes nothing");
+    assert_eq!((report.commits_restored, report.commits_present), (4, 0));
+    assert_eq!(history(&store, t, conv).await.records, records, "the same records, byte for byte");
+    let again = store.restore_records(&published(&records), window_start).await.unwrap();
+    assert_eq!((again.restored, again.present, again.commits_present), (0, 4, 4), "restoring twice changes nothing");
 
     // Another record under an existing seq is never written over the first.
-    let mut impostor = published[1].clone();
+    let mut impostor = records[1].clone();
     impostor.payload = b"another body".to_vec();
-    let report = store.restore_records(&[impostor], window_start).await.unwrap();
+    let report = store.restore_records(&published(&[impostor]), window_start).await.unwrap();
     assert_eq!(report.conflicts.len(), 1, "{report:?}");
-    assert_eq!(history(&store, t, conv).await.records, published);
+    assert_eq!(history(&store, t, conv).await.records, records);
 
     // Records outside the window or past their retention are skipped; a trimmed one stays gone.
     let other = fresh_conversation();
-    let mut old = published[0].clone();
+    let mut old = records[0].clone();
     (old.conversation, old.created_at) = (other, UnixMillis(window_start.0 - 1));
-    let mut expired = published[0].clone();
+    let mut expired = records[0].clone();
     (expired.conversation, expired.seq, expired.expires_at) = (other, ConversationSeq(2), Some(clock.now()));
-    let mut trimmed = published[0].clone();
+    let mut trimmed = records[0].clone();
     (trimmed.conversation, trimmed.seq) = (other, ConversationSeq(3));
     redis::cmd("SET")
         .arg(store.lower_bound_key(t, other))
@@ -173,11 +180,21 @@ async fn the_hot_tier_is_restored_from_the_topic_s_records_without_overwriting_o
         .query_async::<()>(&mut raw(&redis).await)
         .await
         .unwrap();
-    let report = store.restore_records(&[old, expired, trimmed], window_start).await.unwrap();
+    let report = store.restore_records(&published(&[old, expired, trimmed]), window_start).await.unwrap();
     assert_eq!((report.outside_window, report.expired, report.removed, report.restored), (1, 1, 1, 0), "{report:?}");
 
     // The restored records carry their expiry registrations: the drain removes them on time.
     store.reseed(&[SeqEvidence { tenant: t, conversation: conv, max_seq: ConversationSeq(4) }]).await.unwrap();
+    // A retry of an acknowledged send gets its first answer; other content under its key is a conflict.
+    for (req, committed) in &acknowledged {
+        let retry = store.reserve(req, fresh_message_id()).await.unwrap();
+        assert_eq!(
+            (retry.state, retry.intent.seq, retry.intent.message_id),
+            (CommitState::Committed, committed.intent.seq, committed.intent.message_id)
+        );
+    }
+    let changed = request(t, user(1), "m1", conv, b"other content");
+    assert_kind(store.reserve(&changed, fresh_message_id()).await, ErrorKind::Conflict, "same key, other content");
     assert_eq!(send(&store, t, conv, "m5").await, 5);
     clock.advance(30 * MILLIS_PER_DAY + 1);
     assert_eq!(store.gc_expired_history(100).await.unwrap().removed, 5);

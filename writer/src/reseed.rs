@@ -4,7 +4,8 @@
 //! every acknowledged seq is in `qim.messages.v1`: a commit is acknowledged only after its
 //! record was published. [`Reseeder::ensure_seeded`] reads the topic from the beginning to the
 //! high watermarks taken at the start, writes the records of the hot window back into the hot
-//! tier as it goes (`RedisMessageStore::restore_records`), raises each conversation's counter
+//! tier as it goes, with the COMMITTED commits of the last two hours (so a client's retry gets
+//! its first answer; `RedisMessageStore::restore_records`), raises each conversation's counter
 //! to the highest seq seen, then writes the seed markers (see `qim_store::redis::seeding`).
 //! Concurrent callers share one pass.
 
@@ -14,8 +15,8 @@ use std::time::Duration;
 
 use metrics::counter;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
-use qim_store::message::MessageRecord;
-use qim_store::redis::{RedisMessageStore, RestoreReport, SeqEvidence};
+use qim_store::message::Publication;
+use qim_store::redis::{PublishedRecord, RedisMessageStore, RestoreReport, SeqEvidence};
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_store::StoreError;
 use rdkafka::config::ClientConfig;
@@ -93,6 +94,8 @@ impl Reseeder {
             outside_window = restored.outside_window,
             expired = restored.expired,
             conflicts = restored.conflicts.len(),
+            commits_restored = restored.commits_restored,
+            commits_present = restored.commits_present,
             "hot tier rebuilt from the topic"
         );
         self.store.reseed(&evidence).await?;
@@ -124,7 +127,7 @@ impl From<String> for ScanError {
 fn scan_topic(
     brokers: &str,
     topic: &str,
-    mut restore: impl FnMut(Vec<MessageRecord>) -> Result<(), StoreError>,
+    mut restore: impl FnMut(Vec<PublishedRecord>) -> Result<(), StoreError>,
 ) -> Result<Vec<SeqEvidence>, ScanError> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -166,7 +169,8 @@ fn scan_topic(
             Ok(r) => {
                 let seq = max.entry((r.tenant, r.conversation)).or_default();
                 *seq = (*seq).max(r.seq.0);
-                pending.push(r);
+                let publication = Publication { partition: message.partition(), offset: message.offset() };
+                pending.push(PublishedRecord { record: r, publication });
                 if pending.len() >= RESTORE_BATCH {
                     restore(std::mem::take(&mut pending))?;
                 }

@@ -1,7 +1,7 @@
 //! Redis loses the writer's state (every key of its namespace, seed markers included) while the
 //! writer runs: the next send re-seeds the seq counters from `qim.messages.v1` before it is
-//! given a seq, so no seq is reissued, and the hot tier's history is written back from the same
-//! pass (DESIGN invariant 7).
+//! given a seq, so no seq is reissued, and the hot tier's history and the recent commits are
+//! written back from the same pass (DESIGN invariant 7).
 
 mod support;
 
@@ -55,6 +55,9 @@ async fn after_redis_lost_its_state_the_next_seq_continues_from_kafka() {
     assert_eq!(answer["conversation_seq"], 4, "seqs 1..=3 are never issued again");
     let (status, _) = w.get("/readyz").await;
     assert_eq!(status, 200, "ready again once re-seeded");
+    // The commits were written back as well: a retry of an acknowledged send gets its answer.
+    let (status, retry) = w.post("/v1/messages", &send_body(tenant, conversation, alice, "a2", "x")).await;
+    assert_eq!((status, retry["conversation_seq"].as_u64()), (200, Some(2)), "{retry}");
     // The history from before the loss was written back into the hot tier (membership lived in
     // the same Redis: admit the reader again).
     w.add_members(tenant, conversation, &[alice]).await;

@@ -131,7 +131,7 @@ mod restore;
 mod scripts;
 
 pub use self::hot_tier::{SeqEvidence, TrimReport};
-pub use self::restore::RestoreReport;
+pub use self::restore::{PublishedRecord, RestoreReport};
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -14,7 +14,7 @@ pub mod seeding;
 pub use archive_gaps::ArchiveGaps;
 pub use mailbox::RedisMailboxStore;
 pub use membership::RedisMembershipStore;
-pub use message::{RedisMessageStore, RestoreReport, SeqEvidence, TrimReport};
+pub use message::{PublishedRecord, RedisMessageStore, RestoreReport, SeqEvidence, TrimReport};
 
 use redis::aio::ConnectionManager;
 

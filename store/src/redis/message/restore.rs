@@ -1,13 +1,26 @@
 //! Rebuilding the hot tier from `qim.messages.v1` after Redis lost state (DESIGN invariant 7):
 //! the records the topic holds are written back into each conversation's history, with their
-//! hot-tier registrations, without ever overwriting or resurrecting anything.
+//! hot-tier registrations, and the commits of the recent ones (within the auxiliary TTL) as
+//! COMMITTED, so a client's retry gets its first answer; never overwriting or resurrecting
+//! anything.
 
-use super::scripts::{answered, run, status, Batch, RESTORE_RECORD};
-use super::RedisMessageStore;
-use crate::codec::encode_record;
+use super::keys::aux_member;
+use super::scripts::{answered, run, status, Batch, Reply, RESTORE_COMMIT, RESTORE_RECORD};
+use super::{RedisMessageStore, COMMITTED_REDIS_TTL_MILLIS};
+use crate::codec::{encode_commit, encode_record, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::UnixMillis;
-use crate::message::MessageRecord;
+use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, MessageRecord, Publication};
+use crate::message_store::COMMIT_AUX_TTL_MILLIS;
+
+/// A record as `qim.messages.v1` holds it: the record and where it was read.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PublishedRecord {
+    /// The decoded record.
+    pub record: MessageRecord,
+    /// Its partition and offset.
+    pub publication: Publication,
+}
 
 /// What one [`RedisMessageStore::restore_records`] call did, record by record.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
@@ -28,6 +41,11 @@ pub struct RestoreReport {
     /// one is a broken invariant (two records were published under one seq) for an operator to
     /// inspect.
     pub conflicts: Vec<String>,
+    /// Commits written back as COMMITTED (records created within the auxiliary TTL whose commit
+    /// key was free).
+    pub commits_restored: usize,
+    /// Commits whose key was taken already (left as they were).
+    pub commits_present: usize,
 }
 
 impl RestoreReport {
@@ -39,28 +57,35 @@ impl RestoreReport {
         self.outside_window += other.outside_window;
         self.expired += other.expired;
         self.conflicts.extend(other.conflicts);
+        self.commits_restored += other.commits_restored;
+        self.commits_present += other.commits_present;
     }
 }
 
 impl RedisMessageStore {
-    /// Writes `records` (decoded from `qim.messages.v1`) back into the hot tier, with their
-    /// expiry and window registrations, in two round trips. Idempotent: a record already there
-    /// is left alone; a seq that holds another record is never overwritten (counted in
+    /// Writes `records` (read from `qim.messages.v1`) back into the hot tier, with their expiry
+    /// and window registrations, in two round trips. Idempotent: a record already there is left
+    /// alone; a seq that holds another record is never overwritten (counted in
     /// [`RestoreReport::conflicts`]); a record the trim or the expiry drain removed is not
     /// resurrected; records created before `window_start` or already expired are skipped.
+    /// The commit of every record created within [`COMMIT_AUX_TTL_MILLIS`] is written back as
+    /// COMMITTED (publication: where the record was read) where its key is free, with its
+    /// auxiliary GC entry, so a retry of the send is answered as the first time.
     /// Seq counters are not touched: that is [`Self::reseed`]'s job.
     ///
     /// Errors: only a failing Redis or a corrupt reply; the outcome of every record is in the
     /// report.
     pub async fn restore_records(
         &self,
-        records: &[MessageRecord],
+        records: &[PublishedRecord],
         window_start: UnixMillis,
     ) -> StoreResult<RestoreReport> {
         let now = self.clock.now();
         let mut report = RestoreReport::default();
+        let commits: Vec<(CommitKey, Commit)> =
+            records.iter().filter(|p| p.record.created_at.0 + COMMIT_AUX_TTL_MILLIS > now.0).map(committed).collect();
         let mut candidates = Vec::with_capacity(records.len());
-        for record in records {
+        for PublishedRecord { record, .. } in records {
             if record.created_at < window_start {
                 report.outside_window += 1;
             } else if record.expires_at.is_some_and(|at| at <= now) {
@@ -69,7 +94,7 @@ impl RedisMessageStore {
                 candidates.push(record);
             }
         }
-        if candidates.is_empty() {
+        if candidates.is_empty() && commits.is_empty() {
             return Ok(report);
         }
         let mut batch = Batch::default();
@@ -82,9 +107,27 @@ impl RedisMessageStore {
             ];
             batch.script(&RESTORE_RECORD, &keys.each_ref().map(String::as_str)).arg(r.seq.0).arg(encode_record(r));
         }
+        for (key, commit) in &commits {
+            batch
+                .script(&RESTORE_COMMIT, &[&self.keys.commit(key)])
+                .arg(encode_request(&commit.intent.request))
+                .arg(encode_commit(commit))
+                .arg(COMMITTED_REDIS_TTL_MILLIS);
+        }
         let what = "restoring a history record";
+        let mut replies = run(&self.con, what, batch).await?;
+        let commit_replies = replies.split_off(candidates.len());
         let mut registrations = Batch::default();
-        for (r, reply) in candidates.iter().zip(run(&self.con, what, batch).await?) {
+        for ((key, commit), reply) in commits.iter().zip(commit_replies) {
+            if self.commit_restored(key, reply)? {
+                report.commits_restored += 1;
+                let (at, member) = (commit.committed_at.unwrap_or(now), aux_member(key, commit.intent.created_at));
+                registrations.command("ZADD").arg(self.keys.commit_gc()).arg(at.0).arg(member);
+            } else {
+                report.commits_present += 1;
+            }
+        }
+        for (r, reply) in candidates.iter().zip(replies) {
             let context = format_args!("conversation {} seq {}", r.conversation, r.seq.0);
             match status("message_restore_record", &context, answered(what, reply)?) {
                 Ok((s, _)) if s == "restored" || s == "present" => {
@@ -112,4 +155,39 @@ impl RedisMessageStore {
         }
         Ok(report)
     }
+
+    /// Whether `message_restore_commit` wrote the commit (`false`: the key was taken).
+    fn commit_restored(&self, key: &CommitKey, reply: Reply) -> StoreResult<bool> {
+        let what = "restoring a commit";
+        let context = format_args!("commit of {} by {}", key.client_message_id.as_str(), key.sender);
+        match status("message_restore_commit", &context, answered(what, reply)?)?.0.as_str() {
+            "restored" => Ok(true),
+            "present" => Ok(false),
+            other => Err(StoreError::InvariantViolation(format!(
+                "message_restore_commit: unexpected script status {other:?}"
+            ))),
+        }
+    }
+}
+
+/// The COMMITTED commit a published record stands for (committed, as far as anyone can tell
+/// now, when it was created).
+fn committed(p: &PublishedRecord) -> (CommitKey, Commit) {
+    let r = &p.record;
+    let key = CommitKey { tenant: r.tenant, sender: r.sender, client_message_id: r.client_message_id.clone() };
+    let request = CommitRequest {
+        key: key.clone(),
+        conversation: r.conversation,
+        kind: r.kind,
+        retention: r.retention,
+        payload: r.payload.clone(),
+    };
+    let intent = CommitIntent {
+        request,
+        seq: r.seq,
+        message_id: r.message_id,
+        created_at: r.created_at,
+        publication: Some(p.publication),
+    };
+    (key, Commit { intent, state: CommitState::Committed, committed_at: Some(r.created_at) })
 }

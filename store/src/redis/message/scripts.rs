@@ -23,6 +23,8 @@ pub(super) static PUT_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_put_record.lua")));
 pub(super) static RESTORE_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_restore_record.lua")));
+pub(super) static RESTORE_COMMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/message_restore_commit.lua")));
 pub(super) static HISTORY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_history.lua")));
 pub(super) static ALLOCATE_SEQ: LazyLock<Script> =
