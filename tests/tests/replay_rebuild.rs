@@ -54,8 +54,10 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     let seeded = log.lines().rev().find(|l| l.contains("seq counters seeded")).expect("the writer logs its re-seed");
     assert!(!seeded.contains("conversations=0"), "the re-seed named no conversation: {seeded}");
     let rebuilt = log.lines().rev().find(|l| l.contains("hot tier rebuilt")).expect("the writer logs the rebuild");
-    assert!(rebuilt.contains(&format!("restored={}", first.acks.len())), "not every record restored: {rebuilt}");
-    assert!(rebuilt.contains("conflicts=0"), "{rebuilt}");
+    assert!(rebuilt.contains(&format!(" restored={} ", first.acks.len())), "not every record restored: {rebuilt}");
+    assert!(rebuilt.contains(" conflicts=0 "), "{rebuilt}");
+    let commits = format!(" commits_restored={} ", first.acks.len());
+    assert!(rebuilt.contains(&commits), "every recent commit restored: {rebuilt}");
 
     // Rebuild: the archive by replay, the mailboxes by rewinding the dispatcher's groups.
     let out = run_command(ServiceKind::Archiver, &bins, &env, &["replay", "--from", "earliest"]).await.expect("replay");
