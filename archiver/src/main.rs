@@ -2,6 +2,10 @@
 
 use std::process::ExitCode;
 
+/// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const USAGE: &str = "usage: qim-archiver <run|replay|migrate|check-config|help>
   run           consume qim.messages.v1 into the archive (the default)
   replay ...    re-apply the topic: --from earliest | --from-time <RFC 3339 UTC or ms> | --offsets p:o[,p:o]

@@ -52,7 +52,7 @@ pub const DISPATCHER_ENV: &[EnvVar] = &[
     EnvVar {
         name: "QIM_DISPATCH_CHUNKS_IN_FLIGHT",
         default: Some("32"),
-        doc: "Chunks (of up to 256 recipients) one shard writes at once (1..=1024).",
+        doc: "Chunk batches (of up to 256 entries: one large chunk, or the small chunks of a lane taken together) one shard writes at once (1..=1024).",
     },
     EnvVar {
         name: "QIM_DISPATCH_ADVANCE_MILLIS",

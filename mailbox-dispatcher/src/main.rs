@@ -2,6 +2,10 @@
 
 use std::process::ExitCode;
 
+/// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     // Crash points (`FAILPOINTS=dispatcher::worker_after_begin=return(abort)`) are live only with

@@ -327,13 +327,18 @@ impl DispatchManifest {
         self.recipients.iter().copied().filter(|u| lane_of(&tenant, u) == lane).collect()
     }
 
-    /// How many chunks each lane has (0 for a lane without recipients).
-    pub fn chunk_counts(&self) -> [u32; LANES as usize] {
+    /// How many recipients each lane has.
+    pub fn lane_sizes(&self) -> [usize; LANES as usize] {
         let mut per_lane = [0usize; LANES as usize];
         for u in &self.recipients {
             per_lane[lane_of(&self.message.tenant, u).0 as usize] += 1;
         }
-        per_lane.map(|n| n.div_ceil(CHUNK_MAX_RECIPIENTS) as u32)
+        per_lane
+    }
+
+    /// How many chunks each lane has (0 for a lane without recipients).
+    pub fn chunk_counts(&self) -> [u32; LANES as usize] {
+        self.lane_sizes().map(|n| n.div_ceil(CHUNK_MAX_RECIPIENTS) as u32)
     }
 
     /// The recipients of one chunk; empty when the chunk does not exist.

@@ -13,6 +13,17 @@ use crate::mailbox::{
     MailboxPage, MailboxSeq, ShardEpoch, ShardId,
 };
 
+/// One chunk for [`MailboxStore::append_chunks`]: what [`MailboxStore::append_chunk`] takes.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkWrite<'a> {
+    /// The receipt to write under.
+    pub receipt: &'a DispatchReceipt,
+    /// The dispatch's manifest (as begun).
+    pub manifest: &'a DispatchManifest,
+    /// Which chunk of it.
+    pub chunk: ChunkId,
+}
+
 /// Per-user mailboxes and the dispatch bookkeeping that fills them.
 #[async_trait]
 pub trait MailboxStore: Send + Sync {
@@ -48,6 +59,29 @@ pub trait MailboxStore: Send + Sync {
     /// Durably marks one chunk complete (after its `append_chunk` succeeded). Idempotent. A chunk
     /// the manifest does not declare is `InvalidInput`.
     async fn mark_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()>;
+
+    /// Writes the entries of several chunks (of one dispatch or many, of any shards), each as
+    /// [`append_chunk`](Self::append_chunk) would: the hot path's one call for many small chunks.
+    /// A chunk `append_chunk` would refuse refuses the call with that error; chunks before it, or
+    /// all of them after a failure while writing, may have been written (writing them again is
+    /// harmless). Returns how many entries were written in all.
+    async fn append_chunks(&self, writes: &[ChunkWrite<'_>]) -> StoreResult<usize> {
+        let mut written = 0;
+        for w in writes {
+            written += self.append_chunk(w.receipt, w.manifest, w.chunk).await?;
+        }
+        Ok(written)
+    }
+
+    /// Durably marks several chunks complete, each as
+    /// [`mark_chunk_completed`](Self::mark_chunk_completed) would (idempotent). An error (a chunk
+    /// it would refuse) may leave the chunks before it marked; marking them again is harmless.
+    async fn mark_chunks_completed(&self, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
+        for (dispatch, chunk) in chunks {
+            self.mark_chunk_completed(*dispatch, *chunk).await?;
+        }
+        Ok(())
+    }
 
     /// Whether the chunk is durably complete.
     async fn chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool>;

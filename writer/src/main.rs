@@ -2,6 +2,10 @@
 
 use std::process::ExitCode;
 
+/// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     // Failpoints (`FAILPOINTS=writer::after_record=return(abort)`) are live only in test builds.

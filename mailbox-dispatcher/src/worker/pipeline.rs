@@ -4,9 +4,11 @@
 //! - **Begin** runs in log order, a few records at once but never two of one dispatch id, so the
 //!   first observation of a dispatch is always begun before its duplicates.
 //! - **Chunks** (at most 256 recipients each) wait in one queue per lane and are started round
-//!   robin over the lanes, at most [`LANE_MAX_IN_FLIGHT`] per lane and `chunks_in_flight` per
-//!   shard: a 10 000-recipient group occupies its lanes' queues, never the whole shard, and
-//!   every other lane keeps moving.
+//!   robin over the lanes in batches, at most [`LANE_MAX_IN_FLIGHT`] batches per lane and
+//!   `chunks_in_flight` per shard: a 10 000-recipient group occupies its lanes' queues, never the
+//!   whole shard, and every other lane keeps moving. A batch takes the lane's queued chunks in
+//!   order up to [`BATCH_MAX_ENTRIES`] entries and [`BATCH_MAX_CHUNKS`] chunks, so a small
+//!   group's one-recipient chunks of many records cost the store one write and one mark.
 //! - **Watermarks** advance page-wise: every `advance_every`, each lane whose complete prefix
 //!   grew gets one `advance_watermark` to the highest source of that prefix (see
 //!   [`super::window`]); the store checks every source it passes, so even a wrong target can
@@ -30,14 +32,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge};
-use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardId, LANES};
+use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardId, CHUNK_MAX_RECIPIENTS, LANES};
 use qim_store::StoreResult;
 use rdkafka::consumer::Consumer;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::steps::{advance, begin, read_watermarks, write_chunk, Begun, ChunkDone, ChunkJob, Record, ShardContext};
+use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
 use super::window::Window;
 use crate::metrics::{DISPATCHES_COLLECTED, LANE_WATERMARK_LAG, WATERMARK_ADVANCES};
 
@@ -47,8 +49,12 @@ pub const MAX_WINDOW_RECORDS: usize = 1024;
 pub const MAX_WINDOW_BYTES: usize = 8 << 20;
 /// Most records being begun at once.
 const BEGINS_IN_FLIGHT: usize = 8;
-/// Most chunks of one lane in flight.
+/// Most chunk batches of one lane in flight.
 pub const LANE_MAX_IN_FLIGHT: usize = 4;
+/// Most entries one chunk batch writes (one whole chunk is always taken, whatever its size).
+pub const BATCH_MAX_ENTRIES: usize = 64;
+/// Most chunks in one batch.
+pub const BATCH_MAX_CHUNKS: usize = 64;
 /// How often completed dispatches are collected.
 const GC_EVERY: Duration = Duration::from_secs(300);
 /// Most dispatches collected per pass.
@@ -59,7 +65,7 @@ const LANE_COUNT: usize = LANES as usize;
 /// A finished task of the pipeline.
 enum Done {
     Begin(u64, Vec<u8>, Begun),
-    Chunk(ChunkDone),
+    Chunks(ChunksDone),
     Advance(LaneId, StoreResult<LaneWatermark>),
     Watermarks(StoreResult<Vec<LaneWatermark>>),
     Gc(StoreResult<usize>),
@@ -198,7 +204,7 @@ impl Pipeline {
         }
     }
 
-    /// Starts chunks round robin over the lanes, within the shard's and each lane's bound.
+    /// Starts chunk batches round robin over the lanes, within the shard's and each lane's bound.
     fn start_chunks(&mut self) {
         while self.chunks_running < self.ctx.chunks_in_flight {
             let Some(lane) = (0..LANE_COUNT)
@@ -207,12 +213,22 @@ impl Pipeline {
             else {
                 return;
             };
-            let job = self.lanes[lane].pop_front().expect("lane has work");
+            let queue = &mut self.lanes[lane];
+            let mut batch: Vec<ChunkJob> = vec![queue.pop_front().expect("lane has work")];
+            let mut entries = batch[0].entries;
+            while let Some(next) = queue.front() {
+                if batch.len() >= BATCH_MAX_CHUNKS || entries + next.entries > BATCH_MAX_ENTRIES {
+                    break;
+                }
+                entries += next.entries;
+                batch.push(queue.pop_front().expect("front exists"));
+            }
             self.next_lane = (lane + 1) % LANE_COUNT;
             self.lane_running[lane] += 1;
             self.chunks_running += 1;
             let (store, cancel) = (Arc::clone(&self.ctx.store), self.revoked.clone());
-            self.tasks.spawn(async move { Done::Chunk(write_chunk(store, job, cancel).await) });
+            let lane = LaneId::new(lane as u8).expect("a lane index");
+            self.tasks.spawn(async move { Done::Chunks(write_chunks(store, lane, batch, cancel).await) });
         }
     }
 
@@ -222,12 +238,14 @@ impl Pipeline {
                 self.beginning.remove(&key);
                 self.begun(offset, begun);
             }
-            Done::Chunk(c) => {
-                let lane = usize::from(c.chunk.lane.get());
+            Done::Chunks(c) => {
+                let lane = usize::from(c.lane.get());
                 self.lane_running[lane] -= 1;
                 self.chunks_running -= 1;
                 if c.completed {
-                    self.window.chunk_done(c.offset, c.chunk);
+                    for (offset, chunk) in c.chunks {
+                        self.window.chunk_done(offset, chunk);
+                    }
                     self.dirty = true;
                 }
             }
@@ -283,7 +301,8 @@ impl Pipeline {
                     return;
                 }
                 let done: HashSet<ChunkId> = completed.unwrap_or_default().into_iter().collect();
-                let counts = manifest.chunk_counts();
+                let sizes = manifest.lane_sizes();
+                let counts = sizes.map(|n| n.div_ceil(CHUNK_MAX_RECIPIENTS) as u32);
                 let mut remaining = counts;
                 for lane in LaneId::all() {
                     let l = usize::from(lane.get());
@@ -292,7 +311,9 @@ impl Pipeline {
                         if done.contains(&chunk) {
                             remaining[l] -= 1;
                         } else {
-                            let job = ChunkJob { offset, receipt, manifest: Arc::clone(&manifest), chunk };
+                            let before = index as usize * CHUNK_MAX_RECIPIENTS;
+                            let entries = (sizes[l] - before).min(CHUNK_MAX_RECIPIENTS);
+                            let job = ChunkJob { offset, receipt, manifest: Arc::clone(&manifest), chunk, entries };
                             self.lanes[l].push_back(job);
                         }
                     }

@@ -1,4 +1,4 @@
-//! The store steps of a shard pipeline, each one task: begin a record, write one chunk, advance
+//! The store steps of a shard pipeline, each one task: begin a record, write a batch of chunks, advance
 //! one lane's watermark, collect old dispatches. Failures are retried here (see
 //! [`crate::retry`]); a step returns only when its effect is durable, refused, or abandoned
 //! because its partition was revoked (or shutdown gave up waiting).
@@ -7,15 +7,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics::{counter, histogram};
-use qim_store::mailbox::{ChunkId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardId};
+use qim_store::mailbox::{
+    ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardId,
+};
 use qim_store::topic::decode_dispatch;
-use qim_store::{ErrorKind, MailboxStore, StoreResult};
+use qim_store::{ChunkWrite, ErrorKind, MailboxStore, StoreResult};
 use rdkafka::consumer::StreamConsumer;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::KafkaConfig;
 use crate::kafka::{dead_letter, AckedProducer, GroupContext, Refused};
-use crate::metrics::{CHUNK_SECONDS, DISPATCHES, DUPLICATES_ABSORBED, ENTRIES_WRITTEN};
+use crate::metrics::{CHUNK_BATCH_CHUNKS, CHUNK_SECONDS, DISPATCHES, DUPLICATES_ABSORBED, ENTRIES_WRITTEN};
 use crate::retry::{never, retry_store};
 
 /// What every shard pipeline of one worker shares.
@@ -149,35 +151,45 @@ pub struct ChunkJob {
     pub manifest: Arc<DispatchManifest>,
     /// Which chunk.
     pub chunk: ChunkId,
+    /// How many entries it writes.
+    pub entries: usize,
 }
 
-/// A chunk task's end.
-pub struct ChunkDone {
-    /// The record's offset.
-    pub offset: u64,
-    /// The chunk.
-    pub chunk: ChunkId,
-    /// `true` when written and durably marked complete; `false` when abandoned.
+/// A chunk batch's end.
+pub struct ChunksDone {
+    /// The lane the chunks are of.
+    pub lane: LaneId,
+    /// `(record offset, chunk)` of every chunk of the batch.
+    pub chunks: Vec<(u64, ChunkId)>,
+    /// `true` when all were written and durably marked complete; `false` when abandoned.
     pub completed: bool,
 }
 
-/// Writes one chunk's entries, then marks it complete.
-pub async fn write_chunk(store: Arc<dyn MailboxStore>, job: ChunkJob, cancel: CancellationToken) -> ChunkDone {
+/// Writes the entries of a batch of chunks of one lane (one store call), then marks them all
+/// complete (one more).
+pub async fn write_chunks(
+    store: Arc<dyn MailboxStore>,
+    lane: LaneId,
+    jobs: Vec<ChunkJob>,
+    cancel: CancellationToken,
+) -> ChunksDone {
     let started = Instant::now();
-    let (offset, chunk) = (job.offset, job.chunk);
-    let written =
-        retry_store("append_chunk", &cancel, never, || store.append_chunk(&job.receipt, &job.manifest, chunk));
-    let Some(Ok(entries)) = written.await else { return ChunkDone { offset, chunk, completed: false } };
+    let chunks: Vec<(u64, ChunkId)> = jobs.iter().map(|j| (j.offset, j.chunk)).collect();
+    let writes: Vec<ChunkWrite<'_>> =
+        jobs.iter().map(|j| ChunkWrite { receipt: &j.receipt, manifest: &j.manifest, chunk: j.chunk }).collect();
+    let written = retry_store("append_chunks", &cancel, never, || store.append_chunks(&writes)).await;
+    let Some(Ok(entries)) = written else { return ChunksDone { lane, chunks, completed: false } };
     crate::failpoint::crash_point("dispatcher::worker_after_chunk_write");
-    let marked =
-        retry_store("mark_chunk_completed", &cancel, never, || store.mark_chunk_completed(job.receipt.id, chunk));
+    let marks: Vec<(DispatchId, ChunkId)> = jobs.iter().map(|j| (j.receipt.id, j.chunk)).collect();
+    let marked = retry_store("mark_chunks_completed", &cancel, never, || store.mark_chunks_completed(&marks));
     if !matches!(marked.await, Some(Ok(()))) {
-        return ChunkDone { offset, chunk, completed: false };
+        return ChunksDone { lane, chunks, completed: false };
     }
     crate::failpoint::crash_point("dispatcher::worker_after_chunk_complete");
     counter!(ENTRIES_WRITTEN).increment(entries as u64);
     histogram!(CHUNK_SECONDS).record(started.elapsed().as_secs_f64());
-    ChunkDone { offset, chunk, completed: true }
+    histogram!(CHUNK_BATCH_CHUNKS).record(chunks.len() as f64);
+    ChunksDone { lane, chunks, completed: true }
 }
 
 /// Advances one lane's watermark to `target` (one attempt; the next tick retries).

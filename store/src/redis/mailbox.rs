@@ -46,8 +46,9 @@
 //! meta generation did not move (else re-read and retry): no per-record lock, one script per user
 //! and batch. A batch spanning users is validated whole, and every user's ledger planned, before
 //! the first user is written; users are then committed one script each (not atomically together).
-//! Dispatch bookkeeping is one script per step on the shard's slot; `append_chunk` checks the
-//! stored manifest and then writes the per-user groups like `append_batch`. Every script declares
+//! Dispatch bookkeeping is one script per step on the shard's slot; `append_chunks` checks the
+//! stored manifest of every chunk (one pipeline) and then writes the per-user groups of all of
+//! them like `append_batch`; `mark_chunks_completed` is one script per shard. Every script declares
 //! every key it touches in `KEYS`. Two steps are split to bound a script's run time:
 //! `advance_watermark` inspects at most `ADVANCE_BATCH` (1000) sources per script, moving the
 //! watermark over each fully complete batch and calling again until `through` (so after a
@@ -58,6 +59,7 @@
 //! Stored values that are not what the layout says (a non-numeric count or offset, a key of the
 //! wrong type) are `CorruptEntry`.
 
+mod chunks;
 mod dispatch;
 mod keys;
 mod reply;
@@ -69,26 +71,24 @@ use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
-use self::dispatch::not_begun;
 use self::keys::{seq8, ShardKeys, UserKeys};
 use self::reply::number;
 use super::{connect, redis_error, RedisConfig};
 use crate::clock::Clock;
-use crate::codec::encode_manifest;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UserId};
 use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
     MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardId,
 };
-use crate::mailbox_store::MailboxStore;
+use crate::mailbox_store::{ChunkWrite, MailboxStore};
 use crate::rules::{canonical_groups, range_preamble};
 
 static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_commit.lua")));
 static SCAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_scan.lua")));
 static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_trim.lua")));
 static BEGIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_begin.lua")));
-static MARK_CHUNK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_mark_chunk.lua")));
+static MARK_CHUNKS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_mark_chunks.lua")));
 static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_progress.lua")));
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_advance.lua")));
 static GC: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_gc.lua")));
@@ -195,44 +195,19 @@ impl MailboxStore for RedisMailboxStore {
         manifest: &DispatchManifest,
         chunk: ChunkId,
     ) -> StoreResult<usize> {
-        let bytes = encode_manifest(manifest);
-        let keys = self.shard_keys(receipt.id.shard);
-        let (row, _, _) = keys.dispatch(&receipt.id.message_id);
-        let mut conn = self.conn.clone();
-        let (stored, seq): (Option<Vec<u8>>, Option<String>) = redis::cmd("HMGET")
-            .arg(&row)
-            .arg("manifest")
-            .arg("seq")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| redis_err("reading a dispatch", e))?;
-        let Some(stored) = stored else { return Err(not_begun(&receipt.id)) };
-        if stored != bytes {
-            return Err(StoreError::DispatchConflict(format!(
-                "chunk of dispatch {} carries a different manifest",
-                receipt.id.message_id
-            )));
-        }
-        let canonical = seq
-            .and_then(|s| s.parse().ok())
-            .and_then(MailboxSeq::from_u64)
-            .ok_or_else(|| StoreError::CorruptEntry(format!("dispatch {} holds a bad seq", receipt.id.message_id)))?;
-        if canonical != receipt.seq {
-            return Err(StoreError::Conflict(format!("receipt seq {} is not the canonical {canonical}", receipt.seq)));
-        }
-        let recipients = manifest.chunk_recipients(chunk);
-        if recipients.is_empty() {
-            return Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)));
-        }
-        let entries: Vec<MailboxEntry> =
-            recipients.iter().map(|u| manifest.entry_for(*u, canonical, &self.retention)).collect();
-        let groups = canonical_groups(&entries)?;
-        user::write_groups(&mut conn, &self.ns, groups, self.clock.now()).await?;
-        Ok(entries.len())
+        self.write_chunks(&[ChunkWrite { receipt, manifest, chunk }]).await
     }
 
     async fn mark_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
-        self.mark_chunk(dispatch, chunk).await
+        self.mark_chunks(&[(dispatch, chunk)]).await
+    }
+
+    async fn append_chunks(&self, writes: &[ChunkWrite<'_>]) -> StoreResult<usize> {
+        self.write_chunks(writes).await
+    }
+
+    async fn mark_chunks_completed(&self, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
+        self.mark_chunks(chunks).await
     }
 
     async fn chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool> {

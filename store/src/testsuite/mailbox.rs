@@ -347,6 +347,87 @@ pub async fn chunks_write_entries_and_record_completion(h: &dyn MailboxHarness) 
     }
 }
 
+/// Many chunks of several dispatches (two shards) written and marked in one call each: every
+/// recipient gets exactly the entry of its dispatch, every chunk is complete, a replay of the
+/// batch changes nothing; a batch that starts with a forged manifest, a stale receipt or an
+/// undeclared chunk is refused before anything of it is written.
+pub async fn chunk_batches_write_and_complete_like_single_chunks(h: &dyn MailboxHarness) {
+    let (store, _) = open(h).await;
+    let t = fresh_tenant();
+    let (shard_a, shard_b) = (fresh_shard(), fresh_shard());
+    let shared: Vec<UserId> = users_in_lane(t, lane(5), 3);
+    let mut dispatches = Vec::new();
+    for (n, shard) in [shard_a, shard_a, shard_b].into_iter().enumerate() {
+        let mut recipients: Vec<UserId> = (0..30).map(|i| user(1000 * (n as u32 + 1) + i)).collect();
+        recipients.extend(&shared);
+        let m = manifest(t, shard, recipients);
+        let receipt = store.begin_dispatch(EPOCH, &m, 20 + n as u64).await.unwrap();
+        dispatches.push((m, receipt));
+    }
+    let mut writes = Vec::new();
+    for (m, receipt) in &dispatches {
+        for l in LaneId::all() {
+            for index in 0..m.chunk_counts()[l.get() as usize] {
+                writes.push(crate::ChunkWrite { receipt, manifest: m, chunk: ChunkId { lane: l, index } });
+            }
+        }
+    }
+    let marks: Vec<(DispatchId, ChunkId)> = writes.iter().map(|w| (w.receipt.id, w.chunk)).collect();
+
+    let (m0, r0) = &dispatches[0];
+    let forged = DispatchManifest::new(m0.id, m0.message.clone(), vec![user(1)]);
+    let mut bad = vec![crate::ChunkWrite { receipt: r0, manifest: &forged, chunk: writes[0].chunk }];
+    bad.extend(&writes);
+    assert_kind(store.append_chunks(&bad).await, ErrorKind::DispatchConflict, "a forged manifest in the batch");
+    let stale = crate::mailbox::DispatchReceipt { seq: seq(4444), ..*r0 };
+    let mut bad = vec![crate::ChunkWrite { receipt: &stale, manifest: m0, chunk: writes[0].chunk }];
+    bad.extend(&writes);
+    assert_kind(store.append_chunks(&bad).await, ErrorKind::Conflict, "a receipt that is not the canonical one");
+    let idle = LaneId::all().find(|l| m0.chunk_counts()[l.get() as usize] == 0).unwrap();
+    let mut bad = vec![crate::ChunkWrite { receipt: r0, manifest: m0, chunk: ChunkId { lane: idle, index: 0 } }];
+    bad.extend(&writes);
+    assert_kind(store.append_chunks(&bad).await, ErrorKind::InvalidInput, "a chunk of an empty lane");
+    for u in &shared {
+        let page = store.range_scan(t, *u, origin(), top(), 10).await.unwrap();
+        assert!(page.groups.is_empty(), "a refused batch wrote nothing for {u}");
+    }
+
+    let entries: usize = dispatches.iter().map(|(m, _)| m.recipients.len()).sum();
+    assert_eq!(store.append_chunks(&writes).await.unwrap(), entries);
+    assert_eq!(store.append_chunks(&writes).await.unwrap(), entries, "a replayed batch writes the same entries");
+    for (dispatch, chunk) in &marks {
+        assert!(!store.chunk_completed(*dispatch, *chunk).await.unwrap(), "writing is not completing");
+    }
+    let mut undeclared = vec![(m0.id, ChunkId { lane: idle, index: 0 })];
+    undeclared.extend(&marks);
+    assert_kind(store.mark_chunks_completed(&undeclared).await, ErrorKind::InvalidInput, "an undeclared chunk");
+    for (dispatch, chunk) in &marks {
+        assert!(!store.chunk_completed(*dispatch, *chunk).await.unwrap(), "a refused mark marked nothing");
+    }
+    store.mark_chunks_completed(&marks).await.unwrap();
+    store.mark_chunks_completed(&marks).await.unwrap();
+    for (m, receipt) in &dispatches {
+        let progress = store.dispatch_progress(m.id).await.unwrap().unwrap();
+        assert!(progress.is_complete(), "every chunk of {:?} complete", m.id);
+        for u in &m.recipients {
+            let page = store.range_scan(t, *u, origin(), top(), 10).await.unwrap();
+            let here: Vec<_> = page.groups.iter().filter(|g| g.seq == receipt.seq).collect();
+            assert_eq!(here.len(), 1, "one entry of {:?} for {u}", m.id);
+            assert_eq!(here[0].events.len(), 1);
+            assert_eq!(here[0].events[0].message, m.message);
+        }
+    }
+    for u in &shared {
+        let page = store.range_scan(t, *u, origin(), top(), 10).await.unwrap();
+        let want: Vec<MailboxSeq> = {
+            let mut seqs: Vec<MailboxSeq> = dispatches.iter().map(|(_, r)| r.seq).collect();
+            seqs.sort();
+            seqs
+        };
+        assert_eq!(page.groups.iter().map(|g| g.seq).collect::<Vec<_>>(), want, "{u} has one entry per dispatch");
+    }
+}
+
 /// A lane's watermark stops before the first incomplete dispatch and never moves back.
 pub async fn watermark_never_passes_incomplete_work_or_moves_back(h: &dyn MailboxHarness) {
     let (store, _) = open(h).await;

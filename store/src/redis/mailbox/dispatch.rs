@@ -2,11 +2,8 @@
 
 use redis::Value;
 
-use super::keys::ShardKeys;
 use super::reply::{bulk, number, status, text};
-use super::{
-    redis_err, RedisMailboxStore, ADVANCE, ADVANCE_BATCH, BEGIN, GC, GC_DISPATCH, GC_SCAN_CAP, MARK_CHUNK, PROGRESS,
-};
+use super::{redis_err, RedisMailboxStore, ADVANCE, ADVANCE_BATCH, BEGIN, GC, GC_DISPATCH, GC_SCAN_CAP, PROGRESS};
 use crate::codec::{decode_manifest, encode_manifest};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::MessageId;
@@ -65,32 +62,6 @@ impl RedisMailboxStore {
             }
             "corrupt" => Err(corrupt(manifest.id.shard, rest.next())),
             other => Err(StoreError::CorruptEntry(format!("begin_dispatch script answered {other:?}"))),
-        }
-    }
-
-    pub(super) async fn mark_chunk(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
-        let keys = self.shard_keys(dispatch.shard);
-        let (row, done, _) = keys.dispatch(&dispatch.message_id);
-        let reply: Value = MARK_CHUNK
-            .key(&row)
-            .key(&done)
-            .key(&keys.work)
-            .arg(chunk.lane.get())
-            .arg(chunk.index)
-            .arg(format!("{}:{}", chunk.lane.get(), chunk.index))
-            .arg(ShardKeys::work_field(&dispatch.message_id, chunk.lane.get()))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| redis_err("marking a chunk complete", e))?;
-        let (code, rest) = status(reply)?;
-        match code.as_str() {
-            "ok" => Ok(()),
-            "not_found" => Err(not_begun(&dispatch)),
-            "invalid" => {
-                Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)))
-            }
-            "corrupt" => Err(corrupt(dispatch.shard, rest.into_iter().next())),
-            other => Err(StoreError::CorruptEntry(format!("mark_chunk_completed script answered {other:?}"))),
         }
     }
 
@@ -260,6 +231,6 @@ impl RedisMailboxStore {
 }
 
 /// A script's `{'corrupt', reason}` answer.
-fn corrupt(shard: ShardId, reason: Option<Value>) -> StoreError {
+pub(super) fn corrupt(shard: ShardId, reason: Option<Value>) -> StoreError {
     StoreError::CorruptEntry(format!("dispatch bookkeeping of shard {}: {}", shard.0, text(reason)))
 }

@@ -6,8 +6,9 @@
 //! Workload: `--members` members in each of 4 conversations of one tenant (default: two runs, 5000
 //! and 500); one warm-up message per conversation (each member's first entry of the day
 //! registers the day in the retention ledger: that LWT is outside the hot path), then
-//! `--count / --members` messages (at least 40) produced at once. Shard workers write
-//! `--concurrency` chunks at once per shard; lane watermarks advance every 250 ms (the default).
+//! `--count / --members` messages (at least 40, and at least 100 000 entries) produced at once.
+//! Shard workers write `--concurrency` chunk batches at once per shard; lane watermarks advance
+//! every 250 ms (the default).
 //!
 //! The raw loop writes the same entries (same users, same event-group bytes) with
 //! `--concurrency` entries in flight, each entry with exactly the writes the store makes for it
@@ -46,9 +47,11 @@ use super::{drive, Args, Measurement};
 const SHARDS: u16 = 8;
 const CONVERSATIONS: usize = 4;
 const EPOCH: ShardEpoch = ShardEpoch(0);
-/// At least this many measured messages (spread over the 4 conversations), so the pipeline's
-/// fill and drain (a few hundred ms) weigh little against the run.
+/// At least this many measured messages (spread over the 4 conversations) and entries, so the
+/// pipeline's fill and drain (a few hundred ms: Kafka twice and a 250 ms watermark page) weigh
+/// little against the run.
 const MIN_MESSAGES: u64 = 40;
+const MIN_ENTRIES: u64 = 100_000;
 
 /// Runs the comparison on each backend `--backend` names (`redis`, `scylla` or `both`).
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
@@ -303,7 +306,7 @@ async fn measure_in(kind: &str, w: &World, args: &Args) -> anyhow::Result<serde_
     drained(&probe, &w.kafka.dispatch_topic, &expected).await?;
     let lwts_before = scylla.as_ref().map_or(0, |s| s.lwt_count());
 
-    let messages = (args.count / members).max(MIN_MESSAGES);
+    let messages = (args.count / members).max(MIN_ENTRIES.div_ceil(members)).max(MIN_MESSAGES);
     let measured = batch(messages, &mut expected);
     let records: i64 = measured
         .iter()

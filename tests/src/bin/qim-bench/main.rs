@@ -32,6 +32,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+/// The services' allocator (mimalloc), so the services it runs in process are measured as they run.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Benchmark options.
 #[derive(Clone, Debug)]
 pub struct Args {

@@ -1,0 +1,139 @@
+//! Chunk writes and completion marks, one chunk or many per call.
+//!
+//! Many chunks cost what one does: the dispatch rows of every chunk are read in one pipeline,
+//! every user's groups (of all the chunks) go through one check-and-set script per user, and the
+//! marks of one shard are one script.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use redis::Value;
+
+use super::dispatch::{corrupt, not_begun};
+use super::keys::ShardKeys;
+use super::reply::{number, status};
+use super::{redis_err, user, RedisMailboxStore, MARK_CHUNKS};
+use crate::codec::encode_manifest;
+use crate::error::{StoreError, StoreResult};
+use crate::mailbox::{ChunkId, DispatchId, MailboxEntry, MailboxSeq, ShardId};
+use crate::mailbox_store::ChunkWrite;
+use crate::rules::canonical_groups;
+
+impl RedisMailboxStore {
+    /// `append_chunks`: checks every write against its stored dispatch, then writes all entries.
+    pub(super) async fn write_chunks(&self, writes: &[ChunkWrite<'_>]) -> StoreResult<usize> {
+        let mut seen = HashSet::new();
+        let writes: Vec<&ChunkWrite<'_>> = writes.iter().filter(|w| seen.insert((w.receipt.id, w.chunk))).collect();
+        if writes.is_empty() {
+            return Ok(0);
+        }
+        let mut rows: Vec<DispatchId> = Vec::new();
+        let mut row_of: HashMap<DispatchId, usize> = HashMap::new();
+        for w in &writes {
+            row_of.entry(w.receipt.id).or_insert_with(|| {
+                rows.push(w.receipt.id);
+                rows.len() - 1
+            });
+        }
+        let mut pipe = redis::pipe();
+        for id in &rows {
+            let (row, _, _) = self.shard_keys(id.shard).dispatch(&id.message_id);
+            pipe.cmd("HMGET").arg(row).arg("manifest").arg("seq");
+        }
+        let mut conn = self.conn.clone();
+        let stored: Vec<(Option<Vec<u8>>, Option<String>)> =
+            pipe.query_async(&mut conn).await.map_err(|e| redis_err("reading dispatches", e))?;
+        if stored.len() != rows.len() {
+            return Err(StoreError::CorruptEntry(format!("{} dispatch rows read for {}", stored.len(), rows.len())));
+        }
+        let mut entries: Vec<MailboxEntry> = Vec::new();
+        for w in writes {
+            let (manifest, seq) = &stored[row_of[&w.receipt.id]];
+            let id = &w.receipt.id;
+            let Some(manifest) = manifest else { return Err(not_begun(id)) };
+            if *manifest != encode_manifest(w.manifest) {
+                return Err(StoreError::DispatchConflict(format!(
+                    "chunk of dispatch {} carries a different manifest",
+                    id.message_id
+                )));
+            }
+            let canonical = seq
+                .as_deref()
+                .and_then(|s| s.parse().ok())
+                .and_then(MailboxSeq::from_u64)
+                .ok_or_else(|| StoreError::CorruptEntry(format!("dispatch {} holds a bad seq", id.message_id)))?;
+            if canonical != w.receipt.seq {
+                return Err(StoreError::Conflict(format!(
+                    "receipt seq {} is not the canonical {canonical}",
+                    w.receipt.seq
+                )));
+            }
+            let recipients = w.manifest.chunk_recipients(w.chunk);
+            if recipients.is_empty() {
+                return Err(StoreError::InvalidInput(format!(
+                    "lane {} has no chunk {}",
+                    w.chunk.lane.get(),
+                    w.chunk.index
+                )));
+            }
+            entries.extend(recipients.iter().map(|u| w.manifest.entry_for(*u, canonical, &self.retention)));
+        }
+        let groups = canonical_groups(&entries)?;
+        user::write_groups(&mut conn, &self.ns, groups, self.clock.now()).await?;
+        Ok(entries.len())
+    }
+
+    /// `mark_chunks_completed`: one script per shard, which checks every chunk before marking any.
+    pub(super) async fn mark_chunks(&self, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
+        let mut by_shard: BTreeMap<ShardId, Vec<(DispatchId, ChunkId)>> = BTreeMap::new();
+        for (dispatch, chunk) in chunks {
+            by_shard.entry(dispatch.shard).or_default().push((*dispatch, *chunk));
+        }
+        for (shard, chunks) in by_shard {
+            self.mark_in_shard(shard, &chunks).await?;
+        }
+        Ok(())
+    }
+
+    async fn mark_in_shard(&self, shard: ShardId, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
+        let keys = self.shard_keys(shard);
+        let mut inv = MARK_CHUNKS.prepare_invoke();
+        inv.key(&keys.work);
+        let mut dispatches: Vec<DispatchId> = Vec::new();
+        for (dispatch, chunk) in chunks {
+            let k = match dispatches.iter().position(|d| d == dispatch) {
+                Some(k) => k,
+                None => {
+                    let (row, done, _) = keys.dispatch(&dispatch.message_id);
+                    inv.key(row).key(done);
+                    dispatches.push(*dispatch);
+                    dispatches.len() - 1
+                }
+            };
+            inv.arg(k + 1)
+                .arg(chunk.lane.get())
+                .arg(chunk.index)
+                .arg(ShardKeys::work_field(&dispatch.message_id, chunk.lane.get()));
+        }
+        let reply: Value =
+            inv.invoke_async(&mut self.conn.clone()).await.map_err(|e| redis_err("marking chunks complete", e))?;
+        let (code, rest) = status(reply)?;
+        let mut rest = rest.into_iter();
+        let which = |n: Option<Value>, of: usize| -> StoreResult<usize> {
+            usize::try_from(number(n, "script index")?)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .filter(|i| *i < of)
+                .ok_or_else(|| StoreError::CorruptEntry("mark_chunks script answered a bad index".into()))
+        };
+        match code.as_str() {
+            "ok" => Ok(()),
+            "not_found" => Err(not_begun(&dispatches[which(rest.next(), dispatches.len())?])),
+            "invalid" => {
+                let (_, chunk) = chunks[which(rest.next(), chunks.len())?];
+                Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)))
+            }
+            "corrupt" => Err(corrupt(shard, rest.next())),
+            other => Err(StoreError::CorruptEntry(format!("mark_chunks script answered {other:?}"))),
+        }
+    }
+}
