@@ -121,6 +121,17 @@ pub trait MailboxStore: Send + Sync {
     /// changes nothing.
     async fn advance_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark>;
 
+    /// Advances several lanes of `shard`, each `(lane, through)` as
+    /// [`advance_watermark`](Self::advance_watermark) would (name a lane once): one result per
+    /// target, in order. The default runs them concurrently; a backend whose reads are costly
+    /// reads the shard log once for every lane.
+    async fn advance_watermarks(&self, shard: ShardId, targets: &[(LaneId, u64)]) -> Vec<StoreResult<LaneWatermark>> {
+        futures_util::future::join_all(
+            targets.iter().map(|(lane, through)| self.advance_watermark(shard, *lane, *through)),
+        )
+        .await
+    }
+
     /// Forgets up to `limit` dispatches of `shard` that every lane's watermark has passed and
     /// that were last observed before `seen_before_millis` (TTL-managed backends let the rows
     /// expire). Returns how many were collected.

@@ -10,9 +10,9 @@
 //!   order up to [`BATCH_MAX_ENTRIES`] entries and [`BATCH_MAX_CHUNKS`] chunks, so a small
 //!   group's one-recipient chunks of many records cost the store one write and one mark.
 //! - **Watermarks** advance page-wise: every `advance_every`, each lane whose complete prefix
-//!   grew gets one `advance_watermark` to the highest source of that prefix (see
-//!   [`super::window`]); the store checks every source it passes, so even a wrong target can
-//!   not pass incomplete work.
+//!   grew is advanced to the highest source of that prefix (see [`super::window`]), all such
+//!   lanes in one `advance_watermarks` call; the store checks every source it passes, so even a
+//!   wrong target can not pass incomplete work.
 //! - **Offsets** are stored, in order, once a record is complete in every lane (its entries and
 //!   chunk completions are durable) *and* every lane's watermark passed it. A new owner of the
 //!   partition (after a rebalance, a shutdown or a crash) therefore reads again every record a
@@ -66,7 +66,7 @@ const LANE_COUNT: usize = LANES as usize;
 enum Done {
     Begin(u64, Vec<u8>, Begun),
     Chunks(ChunksDone),
-    Advance(LaneId, StoreResult<LaneWatermark>),
+    Advance(Vec<(LaneId, StoreResult<LaneWatermark>)>),
     Watermarks(StoreResult<Vec<LaneWatermark>>),
     Gc(StoreResult<usize>),
 }
@@ -249,16 +249,18 @@ impl Pipeline {
                     self.dirty = true;
                 }
             }
-            Done::Advance(lane, result) => {
-                let l = usize::from(lane.get());
-                self.advancing[l] = false;
-                match result {
-                    Ok(wm) => {
-                        self.advanced[l] = self.advanced[l].max(wm.through);
-                        counter!(WATERMARK_ADVANCES, "shard" => self.shard.0.to_string()).increment(1);
-                    }
-                    Err(e) => {
-                        tracing::warn!(shard = self.shard.0, lane = lane.get(), error = %e, "watermark advance failed, retrying next page")
+            Done::Advance(results) => {
+                for (lane, result) in results {
+                    let l = usize::from(lane.get());
+                    self.advancing[l] = false;
+                    match result {
+                        Ok(wm) => {
+                            self.advanced[l] = self.advanced[l].max(wm.through);
+                            counter!(WATERMARK_ADVANCES, "shard" => self.shard.0.to_string()).increment(1);
+                        }
+                        Err(e) => {
+                            tracing::warn!(shard = self.shard.0, lane = lane.get(), error = %e, "watermark advance failed, retrying next page")
+                        }
                     }
                 }
             }
@@ -347,27 +349,30 @@ impl Pipeline {
         }
     }
 
-    /// Advances every lane whose complete prefix grew past its watermark (one task per lane).
+    /// Advances every lane whose complete prefix grew past its watermark (one task, one store
+    /// call for all of them).
     fn advance_page(&mut self) {
-        if self.dirty {
-            self.dirty = false;
-            for lane in LaneId::all() {
-                let l = usize::from(lane.get());
-                if self.advancing[l] {
-                    self.dirty = true; // look again once it finished
-                    continue;
-                }
-                let Some(target) = self.window.lane_target(lane) else { continue };
-                if self.advanced[l].is_some_and(|w| w >= target) {
-                    continue;
-                }
-                self.advancing[l] = true;
-                let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
-                self.tasks.spawn(async move {
-                    let (lane, result) = advance(store, shard, lane, target).await;
-                    Done::Advance(lane, result)
-                });
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        let mut targets = Vec::new();
+        for lane in LaneId::all() {
+            let l = usize::from(lane.get());
+            if self.advancing[l] {
+                self.dirty = true; // look again once it finished
+                continue;
             }
+            let Some(target) = self.window.lane_target(lane) else { continue };
+            if self.advanced[l].is_some_and(|w| w >= target) {
+                continue;
+            }
+            self.advancing[l] = true;
+            targets.push((lane, target));
+        }
+        if !targets.is_empty() {
+            let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
+            self.tasks.spawn(async move { Done::Advance(advance(store, shard, targets).await) });
         }
     }
 

@@ -192,16 +192,16 @@ pub async fn write_chunks(
     ChunksDone { lane, chunks, completed: true }
 }
 
-/// Advances one lane's watermark to `target` (one attempt; the next tick retries).
+/// Advances lanes of `shard` to their targets in one store call (one attempt; the next page
+/// retries what failed).
 pub async fn advance(
     store: Arc<dyn MailboxStore>,
     shard: ShardId,
-    lane: LaneId,
-    target: u64,
-) -> (LaneId, StoreResult<LaneWatermark>) {
-    let advanced = store.advance_watermark(shard, lane, target).await;
+    targets: Vec<(LaneId, u64)>,
+) -> Vec<(LaneId, StoreResult<LaneWatermark>)> {
+    let advanced = store.advance_watermarks(shard, &targets).await;
     crate::failpoint::crash_point("dispatcher::worker_after_advance");
-    (lane, advanced)
+    targets.into_iter().map(|(lane, _)| lane).zip(advanced).collect()
 }
 
 /// Reads every lane's watermark of `shard` (where an earlier owner left them).

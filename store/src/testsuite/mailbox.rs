@@ -451,6 +451,40 @@ pub async fn watermark_never_passes_incomplete_work_or_moves_back(h: &dyn Mailbo
     assert_eq!(store.lane_watermark(shard, l).await.unwrap().through, Some(2));
 }
 
+/// Several lanes advanced in one call answer, lane by lane, what `advance_watermark` would:
+/// complete lanes move, an incomplete one is `Conflict` and stays, a target nothing was
+/// observed at is `InvalidInput`, a target below the watermark changes nothing.
+pub async fn lanes_advanced_together_answer_like_one_by_one(h: &dyn MailboxHarness) {
+    let (store, _) = open(h).await;
+    let (t, shard) = (fresh_tenant(), fresh_shard());
+    let (done, held, idle, ahead) = (lane(1), lane(2), lane(3), lane(4));
+    let a = manifest(t, shard, vec![users_in_lane(t, done, 1)[0], users_in_lane(t, held, 1)[0]]);
+    let b = manifest(t, shard, vec![users_in_lane(t, done, 2)[1], users_in_lane(t, ahead, 1)[0]]);
+    let ra = store.begin_dispatch(EPOCH, &a, 10).await.unwrap();
+    let rb = store.begin_dispatch(EPOCH, &b, 11).await.unwrap();
+    complete_lane(store.as_ref(), &ra, &a, done).await;
+    complete_lane(store.as_ref(), &rb, &b, done).await;
+    complete_lane(store.as_ref(), &rb, &b, ahead).await;
+    assert_eq!(store.advance_watermark(shard, ahead, 11).await.unwrap().through, Some(11));
+    let results =
+        store.advance_watermarks(shard, &[(done, 11), (held, 11), (idle, 10), (ahead, 10), (lane(5), 12)]).await;
+    assert_eq!(results.len(), 5, "one result per target");
+    let mut results = results.into_iter();
+    assert_eq!(results.next().unwrap().unwrap().through, Some(11), "a complete lane moves");
+    assert_kind(results.next().unwrap(), ErrorKind::Conflict, "lane with offset 10 incomplete");
+    assert_eq!(results.next().unwrap().unwrap().through, Some(10), "a lane without work moves");
+    assert_eq!(results.next().unwrap().unwrap().through, Some(11), "never backwards");
+    assert_kind(results.next().unwrap(), ErrorKind::InvalidInput, "nothing observed at 12");
+    assert_eq!(store.lane_watermark(shard, done).await.unwrap().through, Some(11));
+    assert_eq!(store.lane_watermark(shard, held).await.unwrap().through, None);
+    assert_eq!(store.lane_watermark(shard, idle).await.unwrap().through, Some(10));
+    assert_eq!(store.lane_watermark(shard, lane(5)).await.unwrap().through, None);
+    complete_lane(store.as_ref(), &ra, &a, held).await;
+    let results = store.advance_watermarks(shard, &[(held, 11), (idle, 11)]).await;
+    let moved: Vec<Option<u64>> = results.into_iter().map(|r| r.unwrap().through).collect();
+    assert_eq!(moved, vec![Some(11), Some(11)]);
+}
+
 /// A duplicate's later offset is a source like any other: the watermark passes it only when the
 /// canonical dispatch's lane work is complete.
 pub async fn duplicate_observations_hold_the_watermark_until_complete(h: &dyn MailboxHarness) {

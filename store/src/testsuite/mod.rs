@@ -137,6 +137,7 @@ macro_rules! mailbox_store_contract_suite {
             chunks_write_entries_and_record_completion,
             chunk_batches_write_and_complete_like_single_chunks,
             watermark_never_passes_incomplete_work_or_moves_back,
+            lanes_advanced_together_answer_like_one_by_one,
             duplicate_observations_hold_the_watermark_until_complete,
             gc_collects_only_dispatches_every_lane_passed,
         );

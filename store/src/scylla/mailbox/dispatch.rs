@@ -9,7 +9,6 @@
 //! store answers exactly as if they were gone.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use super::{
     calendar_generation, db, first, first_wins_timestamp, rows, ScyllaMailboxStore, DISPATCH_TTL_SECS, MAX_GENERATION,
@@ -18,8 +17,8 @@ use super::{
 use crate::codec::{decode_manifest, encode_manifest, i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::mailbox::{
-    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, MailboxEntry, MailboxSeq,
-    ShardEpoch, ShardId, LANES,
+    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, MailboxSeq, ShardEpoch, ShardId,
+    LANES,
 };
 
 /// Source rows read per query.
@@ -88,7 +87,7 @@ impl ScyllaMailboxStore {
     }
 
     /// The stored manifest bytes and first receipt (of whatever generation is stored).
-    async fn dispatch_row(&self, id: &DispatchId) -> StoreResult<Option<(Vec<u8>, Head)>> {
+    pub(super) async fn dispatch_row(&self, id: &DispatchId) -> StoreResult<Option<(Vec<u8>, Head)>> {
         let result = self
             .session()
             .execute_unpaged(&self.st().dispatch_select, (shard_i(id.shard), &id.message_id.0[..]))
@@ -274,75 +273,6 @@ impl ScyllaMailboxStore {
             message: format!("dispatch {}: {SHADOWED_RETRIES} receipt writes in a row read back absent", id.message_id),
             source: None,
         })
-    }
-
-    pub(super) async fn chunk(
-        &self,
-        receipt: &DispatchReceipt,
-        manifest: &DispatchManifest,
-        chunk: ChunkId,
-    ) -> StoreResult<usize> {
-        let bytes = encode_manifest(manifest);
-        // The receipt (a small row) and the GC marker are read per chunk, so a receipt that lost a
-        // first-observation race, or a collected dispatch, is refused as soon as the rows show
-        // it; the manifest bytes of the same generation may come from the cache.
-        let head = self.live_head(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
-        let stored = match self.verified(&receipt.id, head.generation) {
-            Some(stored) => stored,
-            None => {
-                let (stored, row) = self.dispatch_row(&receipt.id).await?.ok_or_else(|| not_begun(&receipt.id))?;
-                if row.generation != head.generation {
-                    return Err(StoreError::Unavailable {
-                        message: format!("dispatch {} changed generation while read", receipt.id.message_id),
-                        source: None,
-                    });
-                }
-                let stored = Arc::new(stored);
-                self.remember_verified(receipt.id, head.generation, stored.clone());
-                stored
-            }
-        };
-        if *stored != bytes {
-            return Err(StoreError::DispatchConflict(format!(
-                "chunk of dispatch {} carries a different manifest",
-                receipt.id.message_id
-            )));
-        }
-        let seq = head.seq;
-        if seq != receipt.seq {
-            return Err(StoreError::Conflict(format!("receipt seq {} is not the canonical {seq}", receipt.seq)));
-        }
-        let recipients = manifest.chunk_recipients(chunk);
-        if recipients.is_empty() {
-            return Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)));
-        }
-        let entries: Vec<MailboxEntry> =
-            recipients.iter().map(|u| manifest.entry_for(*u, seq, &self.inner.retention)).collect();
-        let groups = super::user::canonical_groups(&entries)?;
-        self.write_groups(groups).await?;
-        Ok(entries.len())
-    }
-
-    pub(super) async fn mark_chunk(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
-        let head = self.live_head(&dispatch).await?.ok_or_else(|| not_begun(&dispatch))?;
-        if chunk.index >= head.lane_chunks[chunk.lane.get() as usize] {
-            return Err(StoreError::InvalidInput(format!("lane {} has no chunk {}", chunk.lane.get(), chunk.index)));
-        }
-        self.session()
-            .execute_unpaged(
-                &self.st().chunk_insert,
-                (
-                    shard_i(dispatch.shard),
-                    &dispatch.message_id.0[..],
-                    head.generation,
-                    i32::from(chunk.lane.get()),
-                    i64::from(chunk.index),
-                    DISPATCH_TTL_SECS,
-                ),
-            )
-            .await
-            .map_err(db("marking a chunk complete"))?;
-        Ok(())
     }
 
     pub(super) async fn is_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool> {

@@ -138,6 +138,7 @@
 //! - The "another dispatch at this offset" check is a read before the write, not atomic (a log
 //!   offset names one record, so only a bug can race it).
 
+mod chunks;
 mod dispatch;
 mod gc;
 mod schema;
@@ -164,7 +165,7 @@ use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
     MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardId,
 };
-use crate::mailbox_store::MailboxStore;
+use crate::mailbox_store::{ChunkWrite, MailboxStore};
 
 /// Entries outlive their expiry (on the injected clock) by this much on the server, so a server
 /// clock ahead of ours can not drop a group the ledger still counts as live.
@@ -398,11 +399,19 @@ impl MailboxStore for ScyllaMailboxStore {
         manifest: &DispatchManifest,
         chunk: ChunkId,
     ) -> StoreResult<usize> {
-        self.chunk(receipt, manifest, chunk).await
+        self.write_chunks(&[ChunkWrite { receipt, manifest, chunk }]).await
     }
 
     async fn mark_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
-        self.mark_chunk(dispatch, chunk).await
+        self.mark_chunks(&[(dispatch, chunk)]).await
+    }
+
+    async fn append_chunks(&self, writes: &[ChunkWrite<'_>]) -> StoreResult<usize> {
+        self.write_chunks(writes).await
+    }
+
+    async fn mark_chunks_completed(&self, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
+        self.mark_chunks(chunks).await
     }
 
     async fn chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool> {
@@ -437,6 +446,10 @@ impl MailboxStore for ScyllaMailboxStore {
 
     async fn advance_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
         self.advance(shard, lane, through).await
+    }
+
+    async fn advance_watermarks(&self, shard: ShardId, targets: &[(LaneId, u64)]) -> Vec<StoreResult<LaneWatermark>> {
+        self.advance_lanes(shard, targets).await
     }
 
     async fn gc_completed_dispatches(

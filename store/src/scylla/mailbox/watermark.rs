@@ -3,16 +3,26 @@
 //! only over sources whose lane work is complete, reading the shard log from the lane's own
 //! watermark (a lane's very first advance reads the live log from its start: no fact bounds
 //! which sources a lane without a watermark still has to check, and GC can not have collected
-//! any before every lane had one). Collection is in [`super::gc`].
+//! any before every lane had one). Several lanes advance together from one read of the log:
+//! each dispatch it passes costs three reads (its GC marker, its head and all its completed
+//! chunks) whatever the number of lanes. Collection is in [`super::gc`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
 
 use super::{db, first, highest_wins_timestamp, rows, ScyllaMailboxStore};
 use crate::codec::{i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
-use crate::mailbox::{DispatchId, LaneId, LaneWatermark, ShardId};
+use crate::mailbox::{DispatchId, LaneId, LaneWatermark, ShardId, LANES};
 
 use super::dispatch::{bucket_of, shard_i, SOURCE_PAGE};
+
+/// Which of a dispatch's lanes are complete.
+type LaneFlags = [bool; LANES as usize];
+/// Dispatches whose completion one batch advance reads at once.
+const LANE_READS_IN_FLIGHT: usize = 16;
 
 impl ScyllaMailboxStore {
     pub(super) async fn watermark(&self, shard: ShardId, lane: LaneId) -> StoreResult<LaneWatermark> {
@@ -139,6 +149,158 @@ impl ScyllaMailboxStore {
                 )));
             }
         }
+        self.write_watermark(shard, lane, through).await
+    }
+
+    /// `advance_watermarks`: reads the watermarks, the shard log and each dispatch it passes
+    /// once for all `targets`; a read that fails falls back to advancing lane by lane (which
+    /// reports each lane's own error).
+    pub(super) async fn advance_lanes(
+        &self,
+        shard: ShardId,
+        targets: &[(LaneId, u64)],
+    ) -> Vec<StoreResult<LaneWatermark>> {
+        match self.try_advance_lanes(shard, targets).await {
+            Ok(results) => results,
+            Err(_) => {
+                // Each lane's own attempt reports its own error (the same failure, most likely).
+                let mut out = Vec::with_capacity(targets.len());
+                for (lane, through) in targets {
+                    out.push(self.advance(shard, *lane, *through).await);
+                }
+                out
+            }
+        }
+    }
+
+    async fn try_advance_lanes(
+        &self,
+        shard: ShardId,
+        targets: &[(LaneId, u64)],
+    ) -> StoreResult<Vec<StoreResult<LaneWatermark>>> {
+        let current = self.all_watermarks(shard).await?;
+        let behind: Vec<(u64, Option<u64>)> = targets
+            .iter()
+            .map(|(lane, through)| (*through, current[lane.get() as usize]))
+            .filter(|(through, wm)| !wm.is_some_and(|w| *through <= w))
+            .collect();
+        // Whether a dispatch was observed (and not forgotten) at each target a lane is behind.
+        let mut observed: HashMap<u64, bool> = HashMap::new();
+        for (through, _) in &behind {
+            if !observed.contains_key(through) {
+                let live = match self.source_at(shard, *through).await? {
+                    Some((mid, generation)) => !self.forgotten(shard, &mid, generation).await?,
+                    None => false,
+                };
+                observed.insert(*through, live);
+            }
+        }
+        // Every source any lane passes: which lanes it is complete in (`None`: forgotten).
+        let mut passed: BTreeMap<u64, Option<LaneFlags>> = BTreeMap::new();
+        if let Some(to) = behind.iter().map(|(t, _)| *t).max() {
+            let from = behind.iter().map(|(_, wm)| *wm).min().flatten();
+            let sources = self.sources(shard, from, to, usize::MAX).await?;
+            let mut first_offset: HashMap<(Vec<u8>, i32), u64> = HashMap::new();
+            for (offset, mid, generation) in &sources {
+                first_offset.entry((mid.clone(), *generation)).or_insert(*offset);
+            }
+            let states: HashMap<(Vec<u8>, i32), Option<LaneFlags>> = stream::iter(first_offset)
+                .map(|((mid, generation), offset)| async move {
+                    let state = self.lanes_complete(shard, &mid, generation, offset).await?;
+                    Ok::<_, StoreError>(((mid, generation), state))
+                })
+                .buffer_unordered(LANE_READS_IN_FLIGHT)
+                .try_collect()
+                .await?;
+            for (offset, mid, generation) in sources {
+                passed.insert(offset, states[&(mid, generation)]);
+            }
+        }
+        let mut out = Vec::with_capacity(targets.len());
+        for (lane, through) in targets {
+            let l = lane.get() as usize;
+            let wm = current[l];
+            if wm.is_some_and(|w| *through <= w) {
+                out.push(Ok(LaneWatermark { shard, lane: *lane, through: wm }));
+                continue;
+            }
+            if !observed.get(through).copied().unwrap_or(false) {
+                out.push(Err(StoreError::InvalidInput(format!(
+                    "no dispatch was observed at offset {through} of shard {}",
+                    shard.0
+                ))));
+                continue;
+            }
+            let lower = wm.map_or(Bound::Unbounded, Bound::Excluded);
+            let incomplete = passed
+                .range((lower, Bound::Included(*through)))
+                .find(|(_, state)| state.is_some_and(|lanes| !lanes[l]));
+            if let Some((offset, _)) = incomplete {
+                out.push(Err(StoreError::Conflict(format!(
+                    "lane {} of shard {} is incomplete at offset {offset}",
+                    lane.get(),
+                    shard.0
+                ))));
+                continue;
+            }
+            out.push(self.write_watermark(shard, *lane, *through).await);
+        }
+        Ok(out)
+    }
+
+    /// Every lane's watermark of `shard` (`None` for a lane without one).
+    async fn all_watermarks(&self, shard: ShardId) -> StoreResult<[Option<u64>; LANES as usize]> {
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().wm_select_all, (shard_i(shard),))
+            .await
+            .map_err(db("reading lane watermarks"))?;
+        let mut out = [None; LANES as usize];
+        for (lane, through) in rows::<(i32, Option<i64>)>(result, "lane watermark")? {
+            let (Some(through), Some(slot)) = (through, usize::try_from(lane).ok().and_then(|l| out.get_mut(l))) else {
+                continue;
+            };
+            *slot = Some(i64_to_u64("watermark", through)?);
+        }
+        Ok(out)
+    }
+
+    /// Which lanes of the dispatch `(mid, generation)`, a source at `offset`, have every chunk
+    /// complete; `None` when that generation was forgotten.
+    async fn lanes_complete(
+        &self,
+        shard: ShardId,
+        mid: &[u8],
+        generation: i32,
+        offset: u64,
+    ) -> StoreResult<Option<LaneFlags>> {
+        if self.forgotten(shard, mid, generation).await? {
+            return Ok(None);
+        }
+        let id = Self::dispatch_id(shard, mid)?;
+        let head = self.dispatch_head(&id).await?.filter(|h| h.generation == generation).ok_or_else(|| {
+            StoreError::CorruptEntry(format!(
+                "source offset {offset} of shard {} names dispatch {} which is gone",
+                shard.0, id.message_id
+            ))
+        })?;
+        let result = self
+            .session()
+            .execute_unpaged(&self.st().chunk_select_all, (shard_i(shard), mid, generation))
+            .await
+            .map_err(db("reading dispatch chunks"))?;
+        let mut done = [0u32; LANES as usize];
+        let mut seen = BTreeSet::new();
+        for (lane, index) in rows::<(i32, i64)>(result, "dispatch chunk")? {
+            let Some(l) = usize::try_from(lane).ok().filter(|l| *l < LANES as usize) else { continue };
+            if (0..i64::from(head.lane_chunks[l])).contains(&index) && seen.insert((l, index)) {
+                done[l] += 1;
+            }
+        }
+        Ok(Some(std::array::from_fn(|l| done[l] >= head.lane_chunks[l])))
+    }
+
+    async fn write_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
         let t = u64_to_i64("watermark", through)?;
         self.session()
             .execute_unpaged(
