@@ -1,5 +1,5 @@
-//! The store steps of a shard pipeline, each one task: begin a record, write a batch of chunks, advance
-//! one lane's watermark, collect old dispatches. Failures are retried here (see
+//! The store steps of a shard pipeline, each one task: begin a record, write a batch of chunks,
+//! advance a page of lane watermarks, collect old dispatches. Failures are retried here (see
 //! [`crate::retry`]); a step returns only when its effect is durable, refused, or abandoned
 //! because its partition was revoked (or shutdown gave up waiting).
 
@@ -11,7 +11,7 @@ use qim_store::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardId,
 };
 use qim_store::topic::decode_dispatch;
-use qim_store::{ChunkWrite, ErrorKind, MailboxStore, StoreResult};
+use qim_store::{ChunkWrite, ErrorKind, MailboxStore, StoreError, StoreResult};
 use rdkafka::consumer::StreamConsumer;
 use tokio_util::sync::CancellationToken;
 
@@ -199,9 +199,11 @@ pub async fn advance(
     shard: ShardId,
     targets: Vec<(LaneId, u64)>,
 ) -> Vec<(LaneId, StoreResult<LaneWatermark>)> {
-    let advanced = store.advance_watermarks(shard, &targets).await;
+    let mut advanced = store.advance_watermarks(shard, &targets).await.into_iter();
     crate::failpoint::crash_point("dispatcher::worker_after_advance");
-    targets.into_iter().map(|(lane, _)| lane).zip(advanced).collect()
+    // Every lane gets an answer, so none is left waiting for one.
+    let missing = || Err(StoreError::InvariantViolation("advance_watermarks answered fewer results than lanes".into()));
+    targets.into_iter().map(|(lane, _)| (lane, advanced.next().unwrap_or_else(missing))).collect()
 }
 
 /// Reads every lane's watermark of `shard` (where an earlier owner left them).

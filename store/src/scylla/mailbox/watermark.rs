@@ -216,36 +216,51 @@ impl ScyllaMailboxStore {
                 passed.insert(offset, states[&(mid, generation)]);
             }
         }
-        let mut out = Vec::with_capacity(targets.len());
-        for (lane, through) in targets {
-            let l = lane.get() as usize;
-            let wm = current[l];
-            if wm.is_some_and(|w| *through <= w) {
-                out.push(Ok(LaneWatermark { shard, lane: *lane, through: wm }));
-                continue;
+        // Each lane's answer, in order; the lanes that may move are written all at once.
+        let answers = targets.iter().map(|(lane, through)| {
+            let verdict = Self::lane_verdict(shard, *lane, *through, current[lane.get() as usize], &observed, &passed);
+            async move {
+                match verdict {
+                    Ok(Some(unchanged)) => Ok(unchanged),
+                    Ok(None) => self.write_watermark(shard, *lane, *through).await,
+                    Err(e) => Err(e),
+                }
             }
-            if !observed.get(through).copied().unwrap_or(false) {
-                out.push(Err(StoreError::InvalidInput(format!(
-                    "no dispatch was observed at offset {through} of shard {}",
-                    shard.0
-                ))));
-                continue;
-            }
-            let lower = wm.map_or(Bound::Unbounded, Bound::Excluded);
-            let incomplete = passed
-                .range((lower, Bound::Included(*through)))
-                .find(|(_, state)| state.is_some_and(|lanes| !lanes[l]));
-            if let Some((offset, _)) = incomplete {
-                out.push(Err(StoreError::Conflict(format!(
-                    "lane {} of shard {} is incomplete at offset {offset}",
-                    lane.get(),
-                    shard.0
-                ))));
-                continue;
-            }
-            out.push(self.write_watermark(shard, *lane, *through).await);
+        });
+        Ok(futures_util::future::join_all(answers).await)
+    }
+
+    /// What advancing `lane` from `wm` to `through` comes to: `Some` (unchanged) when the lane is
+    /// there already, `None` when it may move, else why not.
+    fn lane_verdict(
+        shard: ShardId,
+        lane: LaneId,
+        through: u64,
+        wm: Option<u64>,
+        observed: &HashMap<u64, bool>,
+        passed: &BTreeMap<u64, Option<LaneFlags>>,
+    ) -> StoreResult<Option<LaneWatermark>> {
+        if wm.is_some_and(|w| through <= w) {
+            return Ok(Some(LaneWatermark { shard, lane, through: wm }));
         }
-        Ok(out)
+        if !observed.get(&through).copied().unwrap_or(false) {
+            return Err(StoreError::InvalidInput(format!(
+                "no dispatch was observed at offset {through} of shard {}",
+                shard.0
+            )));
+        }
+        let l = lane.get() as usize;
+        let lower = wm.map_or(Bound::Unbounded, Bound::Excluded);
+        let incomplete =
+            passed.range((lower, Bound::Included(through))).find(|(_, state)| state.is_some_and(|lanes| !lanes[l]));
+        match incomplete {
+            Some((offset, _)) => Err(StoreError::Conflict(format!(
+                "lane {} of shard {} is incomplete at offset {offset}",
+                lane.get(),
+                shard.0
+            ))),
+            None => Ok(None),
+        }
     }
 
     /// Every lane's watermark of `shard` (`None` for a lane without one).
