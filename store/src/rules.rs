@@ -2,12 +2,13 @@
 //! and request limits, and the mailbox's grouping and range preconditions. Backends differ in
 //! how they store facts, never in what they accept.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::codec::{decode_event_group, validate_group};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{MessageId, TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
 use crate::mailbox::{DispatchManifest, EventGroup, MailboxEntry, MailboxPage, MailboxSeq, ShardEpoch};
+use crate::mailbox_store::ChunkWrite;
 use crate::message::{Commit, CommitKey, CommitRequest, CommitState, Publication, MAX_PAYLOAD_BYTES};
 
 /// `commit <tenant>/<sender>/<client id>`, the prefix of every commit error.
@@ -61,6 +62,14 @@ pub(crate) fn check_publication(publication: Publication) -> StoreResult<()> {
         )));
     }
     Ok(())
+}
+
+/// The chunk writes of one `append_chunks` call without exact repeats (same receipt, chunk and
+/// manifest), in order: a repeat would put the same event twice into one group. A repeat with a
+/// different receipt or manifest stays, for the checks to refuse.
+pub(crate) fn distinct_chunk_writes<'a>(writes: &'a [ChunkWrite<'a>]) -> Vec<&'a ChunkWrite<'a>> {
+    let mut seen = HashSet::new();
+    writes.iter().filter(|w| seen.insert((*w.receipt, w.chunk, w.manifest))).collect()
 }
 
 /// Groups `entries` by `(tenant, user, seq)`, sorts each group's events by (ordinal, event id)

@@ -391,6 +391,13 @@ pub async fn chunk_batches_write_and_complete_like_single_chunks(h: &dyn Mailbox
         let page = store.range_scan(t, *u, origin(), top(), 10).await.unwrap();
         assert!(page.groups.is_empty(), "a refused batch wrote nothing for {u}");
     }
+    let repeated = [writes[0], crate::ChunkWrite { receipt: r0, manifest: &forged, chunk: writes[0].chunk }];
+    assert_kind(
+        store.append_chunks(&repeated).await,
+        ErrorKind::DispatchConflict,
+        "a chunk repeated with a forged manifest",
+    );
+    assert!(store.append_chunks(&[writes[0], writes[0]]).await.is_ok(), "an exact repeat is harmless");
 
     let entries: usize = dispatches.iter().map(|(m, _)| m.recipients.len()).sum();
     assert_eq!(store.append_chunks(&writes).await.unwrap(), entries);

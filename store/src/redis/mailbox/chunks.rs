@@ -4,7 +4,7 @@
 //! every user's groups (of all the chunks) go through one check-and-set script per user, and the
 //! marks of one shard are one script.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use redis::Value;
 
@@ -17,12 +17,12 @@ use crate::error::{StoreError, StoreResult};
 use crate::mailbox::{ChunkId, DispatchId, MailboxEntry, MailboxSeq, ShardId};
 use crate::mailbox_store::ChunkWrite;
 use crate::rules::canonical_groups;
+use crate::rules::distinct_chunk_writes;
 
 impl RedisMailboxStore {
     /// `append_chunks`: checks every write against its stored dispatch, then writes all entries.
     pub(super) async fn write_chunks(&self, writes: &[ChunkWrite<'_>]) -> StoreResult<usize> {
-        let mut seen = HashSet::new();
-        let writes: Vec<&ChunkWrite<'_>> = writes.iter().filter(|w| seen.insert((w.receipt.id, w.chunk))).collect();
+        let writes = distinct_chunk_writes(writes);
         if writes.is_empty() {
             return Ok(0);
         }

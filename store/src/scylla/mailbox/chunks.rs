@@ -6,7 +6,7 @@
 //! the cache). The entries of all the chunks of one call are then written together, so a user
 //! with several entries in the call gets one bucket proof per day, not one per entry.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures_util::future::try_join_all;
@@ -17,12 +17,12 @@ use crate::codec::encode_manifest;
 use crate::error::{StoreError, StoreResult};
 use crate::mailbox::{ChunkId, DispatchId, MailboxEntry};
 use crate::mailbox_store::ChunkWrite;
+use crate::rules::distinct_chunk_writes;
 
 impl ScyllaMailboxStore {
     /// `append_chunks`: checks every write, then writes all their entries.
     pub(super) async fn write_chunks(&self, writes: &[ChunkWrite<'_>]) -> StoreResult<usize> {
-        let mut seen = HashSet::new();
-        let writes: Vec<&ChunkWrite<'_>> = writes.iter().filter(|w| seen.insert((w.receipt.id, w.chunk))).collect();
+        let writes = distinct_chunk_writes(writes);
         // A call holds a lane batch (tens of chunks): every check runs at once.
         let checked: Vec<Vec<MailboxEntry>> = try_join_all(writes.into_iter().map(|w| self.checked_entries(w))).await?;
         let entries: Vec<MailboxEntry> = checked.into_iter().flatten().collect();
