@@ -22,6 +22,7 @@
 mod archiver;
 mod cpu;
 mod dispatcher;
+mod http_hop;
 mod pipeline;
 mod redis;
 mod scylla;

@@ -9,6 +9,13 @@
 //! HTTP client and the in-process writer), the Redis server and the Kafka broker (whatever else
 //! they did meanwhile counts too), which contention hardly changes; and the writer's mean time
 //! per commit stage, from its own `/metrics`.
+//!
+//! Two more paths per round bound what any writer could reach: the HTTP hop alone
+//! ([`super::http_hop`]: the same client against the writer's HTTP stack answering at once), and
+//! the raw loop with a second `EVALSHA` after the delivery (a send durable before and after its
+//! publication, as the state machine needs). On saturated CPUs time per send adds up, so a
+//! writer whose sends cost exactly the raw loop plus the hop reaches `1 / (1/raw + 1/hop)`, and
+//! one with the second write `1 / (1/settled + 1/hop)`: the ceilings printed beside the ratio.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +41,12 @@ redis.call('SET', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[3], seq, ARGV[2])
 redis.call('ZADD', KEYS[4], seq, seq)
 return seq
+"#;
+
+/// The second write of a durable send, after its delivery: the commit marked done.
+const RAW_SETTLE_SCRIPT: &str = r#"
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
 "#;
 
 /// How long the paced phase runs.
@@ -77,19 +90,43 @@ pub async fn raw_loop(
     namespace: &str,
     first: u64,
 ) -> anyhow::Result<Measurement> {
+    raw_sends(args, conn, producer, topic, namespace, first, false).await
+}
+
+/// The raw loop, followed when `settle` by a second `EVALSHA` after the delivery (marking the
+/// commit done): the least a send costs whose state is durable both before the publication and
+/// after it, as the writer's must be.
+async fn raw_sends(
+    args: &Args,
+    conn: &redis::aio::ConnectionManager,
+    producer: &FutureProducer,
+    topic: &str,
+    namespace: &str,
+    first: u64,
+    settle: bool,
+) -> anyhow::Result<Measurement> {
     let script = Arc::new(redis::Script::new(RAW_SCRIPT));
+    let settle_script = Arc::new(redis::Script::new(RAW_SETTLE_SCRIPT));
     let payload = Arc::new(vec![b'x'; args.payload + 150]);
     let (ns, topic, conversations) = (Arc::new(namespace.to_owned()), Arc::new(topic.to_owned()), args.conversations);
     let (conn, producer) = (conn.clone(), producer.clone());
     drive(args.count, args.concurrency, move |i| {
         let n = first + i;
-        let (mut conn, script, payload, ns, topic, producer) =
-            (conn.clone(), script.clone(), payload.clone(), ns.clone(), topic.clone(), producer.clone());
+        let (mut conn, script, settle_script, payload, ns, topic, producer) = (
+            conn.clone(),
+            script.clone(),
+            settle_script.clone(),
+            payload.clone(),
+            ns.clone(),
+            topic.clone(),
+            producer.clone(),
+        );
         async move {
             let tag = format!("{ns}:{{raw{}}}", n % conversations as u64);
+            let commit = format!("{ns}:{{rawk{n}}}:commit");
             let _: i64 = script
                 .key(format!("{tag}:seq"))
-                .key(format!("{ns}:{{rawk{n}}}:commit"))
+                .key(&commit)
                 .key(format!("{tag}:rec"))
                 .key(format!("{tag}:idx"))
                 .arg(payload.as_slice())
@@ -101,6 +138,9 @@ pub async fn raw_loop(
                 .send(FutureRecord::to(&topic).key(&key).payload(payload.as_slice()), Timeout::Never)
                 .await
                 .map_err(|(e, _)| anyhow::anyhow!("raw produce: {e}"))?;
+            if settle {
+                let _: i64 = settle_script.key(&commit).arg(payload.as_slice()).invoke_async(&mut conn).await?;
+            }
             Ok(())
         }
     })
@@ -329,6 +369,9 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     raw_loop(&warm, &raw_conn, &raw_producer, &topic, &raw_ns, 50_000_000).await?;
     writer_peak(&warm, &url, 50_000_000).await?;
 
+    let hop = super::http_hop::HttpHop::start(shutdown.clone()).await?;
+    let hop_url = format!("http://{}/v1/messages", hop.addr);
+    writer_peak(&warm, &hop_url, 50_000_000).await?;
     let mut conn =
         qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: "qim".into() }).await?;
     let kafka = kafka_pid();
@@ -336,7 +379,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let stages_before = stage_totals(&http, &metrics_url).await?;
     let per_round = (args.count / ROUNDS).max(args.concurrency as u64);
     let round = Args { count: per_round, ..args.clone() };
-    let (mut raw, mut peak) = (Totals::default(), Totals::default());
+    let (mut raw, mut peak, mut hop_alone, mut settled) =
+        (Totals::default(), Totals::default(), Totals::default(), Totals::default());
     for r in 0..ROUNDS {
         let before = Cpu::now(&mut conn, kafka.as_deref()).await?;
         let m = raw_loop(&round, &raw_conn, &raw_producer, &topic, &raw_ns, r * per_round).await?;
@@ -345,11 +389,18 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         let m = writer_peak(&round, &url, r * per_round).await?;
         let after = Cpu::now(&mut conn, kafka.as_deref()).await?;
         peak.add(per_round, &m, after.since(between));
+        let m = writer_peak(&round, &hop_url, r * per_round).await?;
+        let hopped = Cpu::now(&mut conn, kafka.as_deref()).await?;
+        hop_alone.add(per_round, &m, hopped.since(after));
+        let first = (ROUNDS + r) * per_round;
+        let m = raw_sends(&round, &raw_conn, &raw_producer, &topic, &raw_ns, first, true).await?;
+        settled.add(per_round, &m, Cpu::now(&mut conn, kafka.as_deref()).await?.since(hopped));
     }
     let stages_after = stage_totals(&http, &metrics_url).await?;
     let paced = writer_paced(args, &url, peak.per_second() / 2.0, 10_000_000).await?;
     shutdown.cancel();
     writer.wait().await?;
+    hop.wait().await?;
     super::redis::cleanup(conn, &namespace).await?;
     delete_topic(&brokers, &topic).await?;
 
@@ -381,6 +432,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     };
     row("raw loop: EVALSHA + produce + await delivery", &raw);
     row("writer at peak (HTTP → COMMITTED)", &peak);
+    row("HTTP hop alone (same client, answered at once)", &hop_alone);
+    row("raw loop + a second EVALSHA after delivery", &settled);
     println!(
         "  {:<44} {:>8.0} {:>8.2} {:>8.2}",
         "writer paced at half its peak",
@@ -397,12 +450,22 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     }
     let shown: Vec<String> = stages.iter().map(|(s, m)| format!("{s} {m:.2}")).collect();
     println!("  writer at peak, mean ms per stage: {}", shown.join(", "));
+    // Time per send adds up on saturated CPUs: 1/rate(a then b) = 1/rate(a) + 1/rate(b).
+    let combined = |a: &Totals, b: &Totals| 1.0 / (1.0 / a.per_second() + 1.0 / b.per_second()) / raw.per_second();
+    let (ceiling, durable_ceiling) = (combined(&raw, &hop_alone), combined(&settled, &hop_alone));
     println!("  ratio writer/raw: {ratio:.3} (target ≥ 0.5); p99 at half peak: {:.2} ms (target < 20)", ms(paced.p99));
+    println!(
+        "  ceiling of the ratio: {ceiling:.3} for a send costing one raw iteration plus the HTTP hop, \
+         {durable_ceiling:.3} with the second EVALSHA"
+    );
     Ok(serde_json::json!({
         "count": per_round * ROUNDS, "concurrency": args.concurrency, "rounds": ROUNDS,
         "raw_per_second": raw.per_second(), "raw_p50_ms": raw.p50(), "raw_p99_ms": raw.p99(),
         "writer_per_second": peak.per_second(), "writer_p50_ms": peak.p50(), "writer_p99_ms": peak.p99(),
         "ratio": ratio, "paced_per_second": paced.per_second,
+        "http_hop_per_second": hop_alone.per_second(), "http_hop_process_cpu_us": hop_alone.micros(hop_alone.cpu.process),
+        "ratio_ceiling": ceiling, "settled_per_second": settled.per_second(),
+        "ratio_ceiling_durable": durable_ceiling,
         "paced_p50_ms": ms(paced.p50), "paced_p99_ms": ms(paced.p99),
         "raw_process_cpu_us": raw.micros(raw.cpu.process), "raw_redis_cpu_us": raw.micros(raw.cpu.redis),
         "raw_kafka_cpu_us": raw.kafka_micros(),
