@@ -27,6 +27,7 @@ mod pipeline;
 mod redis;
 mod scylla;
 mod scylla_mailbox;
+mod stages;
 mod writer;
 
 use std::time::Duration;

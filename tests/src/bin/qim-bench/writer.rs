@@ -32,6 +32,7 @@ use rdkafka::util::Timeout;
 use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
+use super::stages::Stages;
 use super::{drive, ms, Args, Measurement};
 
 /// The raw Redis primitive: a commit's writes in one script.
@@ -292,39 +293,6 @@ impl Totals {
     }
 }
 
-/// `(sum of seconds, count)` per stage of the writer's commit-stage histogram.
-async fn stage_totals(http: &reqwest::Client, metrics_url: &str) -> anyhow::Result<Vec<(String, f64, f64)>> {
-    let text = http.get(metrics_url).send().await?.text().await?;
-    let mut out: Vec<(String, f64, f64)> = Vec::new();
-    for line in text.lines() {
-        let (which, rest) = if let Some(r) = line.strip_prefix("qim_writer_commit_stage_seconds_sum{") {
-            (0, r)
-        } else if let Some(r) = line.strip_prefix("qim_writer_commit_stage_seconds_count{") {
-            (1, r)
-        } else {
-            continue;
-        };
-        let Some((labels, value)) = rest.split_once("} ") else { continue };
-        let Some(stage) = labels.split(',').find_map(|l| l.strip_prefix("stage=\"")?.strip_suffix('"')) else {
-            continue;
-        };
-        let value: f64 = value.trim().parse()?;
-        let i = match out.iter().position(|(s, _, _)| s == stage) {
-            Some(i) => i,
-            None => {
-                out.push((stage.to_owned(), 0.0, 0.0));
-                out.len() - 1
-            }
-        };
-        if which == 0 {
-            out[i].1 = value;
-        } else {
-            out[i].2 = value;
-        }
-    }
-    Ok(out)
-}
-
 /// Runs the phases and prints the comparison.
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let brokers = std::env::var("QIM_BENCH_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
@@ -376,7 +344,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: "qim".into() }).await?;
     let kafka = kafka_pid();
     let http = reqwest::Client::new();
-    let stages_before = stage_totals(&http, &metrics_url).await?;
+    let stages_before = Stages::read(&http, &metrics_url).await?;
     let per_round = (args.count / ROUNDS).max(args.concurrency as u64);
     let round = Args { count: per_round, ..args.clone() };
     let (mut raw, mut peak, mut hop_alone, mut settled) =
@@ -396,8 +364,10 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         let m = raw_sends(&round, &raw_conn, &raw_producer, &topic, &raw_ns, first, true).await?;
         settled.add(per_round, &m, Cpu::now(&mut conn, kafka.as_deref()).await?.since(hopped));
     }
-    let stages_after = stage_totals(&http, &metrics_url).await?;
+    let stages_after = Stages::read(&http, &metrics_url).await?;
     let paced = writer_paced(args, &url, peak.per_second() / 2.0, 10_000_000).await?;
+    let paced_stages = Stages::read(&http, &metrics_url).await?.since(&stages_after);
+    let stages = stages_after.since(&stages_before);
     shutdown.cancel();
     writer.wait().await?;
     hop.wait().await?;
@@ -441,15 +411,11 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         ms(paced.p50),
         ms(paced.p99)
     );
-    let mut stages = Vec::new();
-    for (stage, sum, count) in &stages_after {
-        let (sum0, count0) = stages_before.iter().find(|(s, _, _)| s == stage).map_or((0.0, 0.0), |(_, s, c)| (*s, *c));
-        if count - count0 > 0.0 {
-            stages.push((stage.clone(), (sum - sum0) * 1e3 / (count - count0)));
-        }
-    }
-    let shown: Vec<String> = stages.iter().map(|(s, m)| format!("{s} {m:.2}")).collect();
+    let shown: Vec<String> = stages.iter().map(|f| format!("{} {:.2}", f.name, f.mean_ms)).collect();
     println!("  writer at peak, mean ms per stage: {}", shown.join(", "));
+    let shown: Vec<String> =
+        paced_stages.iter().map(|f| format!("{} {:.2}/≤{}", f.name, f.mean_ms, f.p99_bound_ms)).collect();
+    println!("  writer paced, mean/p99 bucket ms per stage: {}", shown.join(", "));
     // Time per send adds up on saturated CPUs: 1/rate(a then b) = 1/rate(a) + 1/rate(b).
     let combined = |a: &Totals, b: &Totals| 1.0 / (1.0 / a.per_second() + 1.0 / b.per_second()) / raw.per_second();
     let (ceiling, durable_ceiling) = (combined(&raw, &hop_alone), combined(&settled, &hop_alone));
@@ -471,6 +437,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         "raw_kafka_cpu_us": raw.kafka_micros(),
         "writer_process_cpu_us": peak.micros(peak.cpu.process), "writer_redis_cpu_us": peak.micros(peak.cpu.redis),
         "writer_kafka_cpu_us": peak.kafka_micros(),
-        "writer_stage_mean_ms": stages.iter().map(|(s, m)| (s.clone(), serde_json::json!(m))).collect::<serde_json::Map<_, _>>(),
+        "writer_stage_mean_ms": stages.iter().map(|f| (f.name.clone(), serde_json::json!(f.mean_ms))).collect::<serde_json::Map<_, _>>(),
+        "paced_stage_p99_bound_ms": paced_stages.iter().map(|f| (f.name.clone(), serde_json::json!(f.p99_bound_ms))).collect::<serde_json::Map<_, _>>(),
     }))
 }
