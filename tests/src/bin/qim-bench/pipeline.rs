@@ -83,7 +83,8 @@ async fn raw_primitives(args: &Args, env: &PipelineEnv) -> anyhow::Result<Raw> {
     let raw = Raw {
         evalsha: super::redis::raw_path(conn.clone(), args, &ns).await?,
         produce: raw_produce(args, &env.kafka_brokers, &topic).await?,
-        commit: super::writer::raw_loop(args, &conn, &producer, &topic, &ns, 0).await?,
+        commit: super::writer::raw_loop(args, &conn, &producer, &topic, &ns, 0, super::writer::AfterDelivery::Nothing)
+            .await?,
         cql: super::archiver::raw_loop(session, inserts, records(args.count), args.concurrency).await?,
     };
     super::redis::cleanup(conn, &ns).await?;

@@ -81,8 +81,18 @@ pub async fn producer(brokers: &str, topic: &str) -> anyhow::Result<FutureProduc
     Ok(producer)
 }
 
-/// One `EVALSHA` holding a commit's writes, one produce, await its delivery report; at
-/// `--concurrency`.
+/// What a raw send does after its delivery report.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum AfterDelivery {
+    /// Nothing: the raw loop the writer is measured against.
+    Nothing,
+    /// A second `EVALSHA` marking the commit done: the least a send costs whose state is durable
+    /// both before its publication and after it, as the writer's must be.
+    Settle,
+}
+
+/// One `EVALSHA` holding a commit's writes, one produce, await its delivery report (then
+/// `after`); at `--concurrency`.
 pub async fn raw_loop(
     args: &Args,
     conn: &redis::aio::ConnectionManager,
@@ -90,21 +100,7 @@ pub async fn raw_loop(
     topic: &str,
     namespace: &str,
     first: u64,
-) -> anyhow::Result<Measurement> {
-    raw_sends(args, conn, producer, topic, namespace, first, false).await
-}
-
-/// The raw loop, followed when `settle` by a second `EVALSHA` after the delivery (marking the
-/// commit done): the least a send costs whose state is durable both before the publication and
-/// after it, as the writer's must be.
-async fn raw_sends(
-    args: &Args,
-    conn: &redis::aio::ConnectionManager,
-    producer: &FutureProducer,
-    topic: &str,
-    namespace: &str,
-    first: u64,
-    settle: bool,
+    after: AfterDelivery,
 ) -> anyhow::Result<Measurement> {
     let script = Arc::new(redis::Script::new(RAW_SCRIPT));
     let settle_script = Arc::new(redis::Script::new(RAW_SETTLE_SCRIPT));
@@ -139,7 +135,7 @@ async fn raw_sends(
                 .send(FutureRecord::to(&topic).key(&key).payload(payload.as_slice()), Timeout::Never)
                 .await
                 .map_err(|(e, _)| anyhow::anyhow!("raw produce: {e}"))?;
-            if settle {
+            if after == AfterDelivery::Settle {
                 let _: i64 = settle_script.key(&commit).arg(payload.as_slice()).invoke_async(&mut conn).await?;
             }
             Ok(())
@@ -334,7 +330,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: raw_ns.clone() }).await?;
     let raw_producer = producer(&brokers, &topic).await?;
     let warm = Args { count: args.concurrency as u64 * 10, ..args.clone() };
-    raw_loop(&warm, &raw_conn, &raw_producer, &topic, &raw_ns, 50_000_000).await?;
+    raw_loop(&warm, &raw_conn, &raw_producer, &topic, &raw_ns, 50_000_000, AfterDelivery::Nothing).await?;
     writer_peak(&warm, &url, 50_000_000).await?;
 
     let hop = super::http_hop::HttpHop::start(shutdown.clone()).await?;
@@ -351,7 +347,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         (Totals::default(), Totals::default(), Totals::default(), Totals::default());
     for r in 0..ROUNDS {
         let before = Cpu::now(&mut conn, kafka.as_deref()).await?;
-        let m = raw_loop(&round, &raw_conn, &raw_producer, &topic, &raw_ns, r * per_round).await?;
+        let m =
+            raw_loop(&round, &raw_conn, &raw_producer, &topic, &raw_ns, r * per_round, AfterDelivery::Nothing).await?;
         let between = Cpu::now(&mut conn, kafka.as_deref()).await?;
         raw.add(per_round, &m, between.since(before));
         let m = writer_peak(&round, &url, r * per_round).await?;
@@ -361,7 +358,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         let hopped = Cpu::now(&mut conn, kafka.as_deref()).await?;
         hop_alone.add(per_round, &m, hopped.since(after));
         let first = (ROUNDS + r) * per_round;
-        let m = raw_sends(&round, &raw_conn, &raw_producer, &topic, &raw_ns, first, true).await?;
+        let m = raw_loop(&round, &raw_conn, &raw_producer, &topic, &raw_ns, first, AfterDelivery::Settle).await?;
         settled.add(per_round, &m, Cpu::now(&mut conn, kafka.as_deref()).await?.since(hopped));
     }
     let stages_after = Stages::read(&http, &metrics_url).await?;
