@@ -64,12 +64,14 @@ pub(crate) fn check_publication(publication: Publication) -> StoreResult<()> {
     Ok(())
 }
 
-/// The chunk writes of one `append_chunks` call without exact repeats (same receipt, chunk and
-/// manifest), in order: a repeat would put the same event twice into one group. A repeat with a
-/// different receipt or manifest stays, for the checks to refuse.
+/// The chunk writes of one `append_chunks` call without repeats, in order: a repeat would put
+/// the same event twice into one group. A repeat is the same chunk of the same dispatch under the
+/// same seq and manifest, which is all the checks look at (so the same chunk under the first
+/// observation's receipt and a duplicate's is one write). A repeat with another seq or manifest
+/// stays, for the checks to refuse.
 pub(crate) fn distinct_chunk_writes<'a>(writes: &'a [ChunkWrite<'a>]) -> Vec<&'a ChunkWrite<'a>> {
     let mut seen = HashSet::new();
-    writes.iter().filter(|w| seen.insert((*w.receipt, w.chunk, w.manifest))).collect()
+    writes.iter().filter(|w| seen.insert((w.receipt.id, w.receipt.seq, w.chunk, w.manifest))).collect()
 }
 
 /// Groups `entries` by `(tenant, user, seq)`, sorts each group's events by (ordinal, event id)

@@ -350,7 +350,8 @@ pub async fn chunks_write_entries_and_record_completion(h: &dyn MailboxHarness) 
 /// Many chunks of several dispatches (two shards) written and marked in one call each: every
 /// recipient gets exactly the entry of its dispatch, every chunk is complete, a replay of the
 /// batch changes nothing; a batch that starts with a forged manifest, a stale receipt or an
-/// undeclared chunk is refused before anything of it is written.
+/// undeclared chunk is refused before anything of it is written; the same chunk under the first
+/// receipt and a duplicate observation's is written once.
 pub async fn chunk_batches_write_and_complete_like_single_chunks(h: &dyn MailboxHarness) {
     let (store, _) = open(h).await;
     let t = fresh_tenant();
@@ -398,6 +399,13 @@ pub async fn chunk_batches_write_and_complete_like_single_chunks(h: &dyn Mailbox
         "a chunk repeated with a forged manifest",
     );
     assert!(store.append_chunks(&[writes[0], writes[0]]).await.is_ok(), "an exact repeat is harmless");
+    let again = store.begin_dispatch(EPOCH, m0, 90).await.unwrap();
+    assert!(again.duplicate && again.seq == r0.seq, "a later observation reuses the first receipt's seq");
+    let observed_twice = [writes[0], crate::ChunkWrite { receipt: &again, ..writes[0] }];
+    assert!(
+        store.append_chunks(&observed_twice).await.is_ok(),
+        "one chunk under the first observation's receipt and a duplicate's is one write"
+    );
 
     let entries: usize = dispatches.iter().map(|(m, _)| m.recipients.len()).sum();
     assert_eq!(store.append_chunks(&writes).await.unwrap(), entries);

@@ -4,7 +4,7 @@
 //! every user's groups (of all the chunks) go through one check-and-set script per user, and the
 //! marks of one shard are one script.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use redis::Value;
 
@@ -82,14 +82,12 @@ impl RedisMailboxStore {
         Ok(entries.len())
     }
 
-    /// `mark_chunks_completed`: one script per shard, which checks every chunk before marking any.
+    /// `mark_chunks_completed`: one script per run of consecutive chunks of one shard, in input
+    /// order; each checks all its chunks before marking any, so a refusal leaves only the runs
+    /// before it marked (the trait's contract). The dispatcher's batches are one run.
     pub(super) async fn mark_chunks(&self, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
-        let mut by_shard: BTreeMap<ShardId, Vec<(DispatchId, ChunkId)>> = BTreeMap::new();
-        for (dispatch, chunk) in chunks {
-            by_shard.entry(dispatch.shard).or_default().push((*dispatch, *chunk));
-        }
-        for (shard, chunks) in by_shard {
-            self.mark_in_shard(shard, &chunks).await?;
+        for run in chunks.chunk_by(|a, b| a.0.shard == b.0.shard) {
+            self.mark_in_shard(run[0].0.shard, run).await?;
         }
         Ok(())
     }
