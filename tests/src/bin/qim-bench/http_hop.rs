@@ -1,7 +1,9 @@
-//! The HTTP hop alone: an axum server on the writer's HTTP stack whose send route decodes the
-//! writer's request JSON and answers a send's JSON at once, without committing anything. The
-//! writer benchmark drives it with its own client, so the row it prints is the floor every send
-//! through the writer's API pays before any store or Kafka work.
+//! The HTTP hop alone: an axum server (the writer's HTTP library, without the writer's
+//! middleware: bearer check, body limit, request counter) whose send route decodes the writer's
+//! request JSON and answers a send's JSON at once, without validating or committing anything. The
+//! writer benchmark drives it with its own client, so the row it prints is a floor every send
+//! through the writer's API pays before any store or Kafka work. The shapes below are copied
+//! from `qim_writer`'s API (private there); keep them in step.
 
 use std::net::SocketAddr;
 

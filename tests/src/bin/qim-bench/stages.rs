@@ -21,8 +21,9 @@ pub struct StageFigures {
     pub name: String,
     /// Mean milliseconds.
     pub mean_ms: f64,
-    /// The upper bound (ms) of the bucket holding the 99th percentile; infinite past the last.
-    pub p99_bound_ms: f64,
+    /// The upper bound (ms) of the bucket holding the 99th percentile (infinite past the last
+    /// bound); `None` when the histogram has no buckets (rendered as a summary).
+    pub p99_bound_ms: Option<f64>,
 }
 
 const PREFIX: &str = "qim_writer_commit_stage_seconds";
@@ -55,7 +56,7 @@ impl Stages {
                 "_sum" => stage.sum = value,
                 "_count" => stage.count = value,
                 "_bucket" => {
-                    let le = label("le").unwrap_or("+Inf");
+                    let le = label("le").ok_or_else(|| anyhow::anyhow!("a bucket without `le`: {line}"))?;
                     let le = if le == "+Inf" { f64::INFINITY } else { le.parse()? };
                     stage.buckets.push((le, value));
                 }
@@ -77,17 +78,18 @@ impl Stages {
             let sum = stage.sum - earlier.map_or(0.0, |s| s.sum);
             let mut buckets = stage.buckets.clone();
             buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let p99_bound = buckets
-                .iter()
-                .find(|(le, cumulative)| {
-                    let before = earlier.and_then(|s| s.buckets.iter().find(|(l, _)| l == le)).map_or(0.0, |(_, c)| *c);
-                    cumulative - before >= 0.99 * count
-                })
-                .map_or(f64::INFINITY, |(le, _)| *le);
+            let earlier_count =
+                |le: f64| earlier.and_then(|s| s.buckets.iter().find(|(l, _)| *l == le)).map_or(0.0, |(_, c)| *c);
+            let p99_bound = (!buckets.is_empty()).then(|| {
+                buckets
+                    .iter()
+                    .find(|(le, cumulative)| cumulative - earlier_count(*le) >= 0.99 * count)
+                    .map_or(f64::INFINITY, |(le, _)| *le)
+            });
             out.push(StageFigures {
                 name: stage.name.clone(),
                 mean_ms: sum * 1e3 / count,
-                p99_bound_ms: p99_bound * 1e3,
+                p99_bound_ms: p99_bound.map(|b| b * 1e3),
             });
         }
         out
@@ -121,7 +123,7 @@ mod tests {
         assert_eq!(figures.len(), 1);
         assert_eq!(figures[0].name, "publish");
         assert!((figures[0].mean_ms - 5.0).abs() < 1e-9, "{}", figures[0].mean_ms);
-        assert!((figures[0].p99_bound_ms - 10.0).abs() < 1e-9, "{}", figures[0].p99_bound_ms);
+        assert_eq!(figures[0].p99_bound_ms, Some(10.0));
         assert!(before.since(&before).is_empty());
     }
 }
