@@ -23,6 +23,7 @@ mod archiver;
 mod cpu;
 mod dispatcher;
 mod http_hop;
+mod path_costs;
 mod pipeline;
 mod redis;
 mod scylla;

@@ -35,6 +35,7 @@ use rdkafka::util::Timeout;
 use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
 
+use super::path_costs::{kafka_pid, Cpu, Totals};
 use super::stages::Stages;
 use super::{drive, ms, Args, Measurement};
 
@@ -221,102 +222,6 @@ const PATHS: [Path; 4] = [Path::Raw, Path::Writer, Path::HttpHop, Path::Settled]
 /// replays another's client message ids or commit keys.
 const WARM_UP_FIRST: u64 = 1 << 40;
 const PACED_FIRST: u64 = 1 << 41;
-
-/// CPU seconds used so far by this process (the bench client *and* the in-process writer), the
-/// Redis server and the Kafka broker (when it runs on this machine).
-#[derive(Clone, Copy, Default)]
-struct Cpu {
-    process: f64,
-    redis: f64,
-    kafka: Option<f64>,
-}
-
-impl Cpu {
-    async fn now(conn: &mut redis::aio::ConnectionManager, kafka_pid: Option<&str>) -> anyhow::Result<Self> {
-        Ok(Self {
-            process: super::redis::process_cpu(),
-            redis: super::redis::redis_cpu(conn).await?,
-            kafka: kafka_pid.and_then(super::redis::proc_cpu),
-        })
-    }
-
-    fn since(self, before: Self) -> Self {
-        Self {
-            process: self.process - before.process,
-            redis: self.redis - before.redis,
-            kafka: self.kafka.zip(before.kafka).map(|(a, b)| a - b),
-        }
-    }
-
-    fn add(&mut self, other: Self) {
-        self.process += other.process;
-        self.redis += other.redis;
-        self.kafka = match (self.kafka, other.kafka) {
-            (Some(a), Some(b)) => Some(a + b),
-            (None, b) => b,
-            (a, None) => a,
-        };
-    }
-}
-
-/// The Kafka broker's pid, when it runs on this machine (the local stack's `kafka.Kafka`).
-fn kafka_pid() -> Option<String> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let name = e.file_name().into_string().ok()?;
-        name.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        cmdline.split(|b| *b == 0).any(|arg| arg == b"kafka.Kafka").then_some(name)
-    })
-}
-
-/// What one path did over its rounds.
-#[derive(Default)]
-struct Totals {
-    ops: u64,
-    wall: f64,
-    p50: Vec<f64>,
-    p99: Vec<f64>,
-    cpu: Cpu,
-}
-
-impl Totals {
-    fn add(&mut self, ops: u64, m: &Measurement, cpu: Cpu) {
-        self.ops += ops;
-        self.wall += ops as f64 / m.per_second;
-        self.p50.push(ms(m.p50));
-        self.p99.push(ms(m.p99));
-        self.cpu.add(cpu);
-    }
-
-    fn per_second(&self) -> f64 {
-        self.ops as f64 / self.wall
-    }
-
-    /// The median round's p50.
-    fn p50(&self) -> f64 {
-        let mut v = self.p50.clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    }
-
-    /// The worst round's p99.
-    fn p99(&self) -> f64 {
-        self.p99.iter().copied().fold(0.0, f64::max)
-    }
-
-    fn micros(&self, seconds: f64) -> f64 {
-        seconds * 1e6 / self.ops as f64
-    }
-
-    fn kafka_micros(&self) -> Option<f64> {
-        self.cpu.kafka.map(|k| self.micros(k))
-    }
-
-    /// CPU per operation of this process, Redis and (when measured) Kafka together.
-    fn total_micros(&self) -> f64 {
-        self.micros(self.cpu.process + self.cpu.redis + self.cpu.kafka.unwrap_or(0.0))
-    }
-}
 
 /// A p99 bucket bound as printed: `≤20` (ms), `>last` past the last bound, `n/a` without buckets.
 fn bucket_text(bound_ms: Option<f64>) -> String {

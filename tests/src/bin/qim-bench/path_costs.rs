@@ -1,0 +1,110 @@
+//! What each path of `qim-bench writer` cost over its rounds: rate, latency and CPU per send of
+//! this process, the Redis server and the Kafka broker.
+
+use super::{ms, Measurement};
+
+/// CPU seconds used so far by this process (the bench client *and* the in-process writer), the
+/// Redis server and the Kafka broker (when it runs on this machine).
+#[derive(Clone, Copy, Default)]
+pub struct Cpu {
+    /// This process, user + system.
+    pub process: f64,
+    /// The Redis server's main process (without its AOF rewrite children).
+    pub redis: f64,
+    /// The Kafka broker, when found on this machine.
+    pub kafka: Option<f64>,
+}
+
+impl Cpu {
+    /// The counters now.
+    pub async fn now(conn: &mut redis::aio::ConnectionManager, kafka_pid: Option<&str>) -> anyhow::Result<Self> {
+        Ok(Self {
+            process: super::redis::process_cpu(),
+            redis: super::redis::redis_cpu(conn).await?,
+            kafka: kafka_pid.and_then(super::redis::proc_cpu),
+        })
+    }
+
+    /// What was used from `before` to `self`.
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            process: self.process - before.process,
+            redis: self.redis - before.redis,
+            kafka: self.kafka.zip(before.kafka).map(|(a, b)| a - b),
+        }
+    }
+
+    fn add(&mut self, other: Self) {
+        self.process += other.process;
+        self.redis += other.redis;
+        self.kafka = match (self.kafka, other.kafka) {
+            (Some(a), Some(b)) => Some(a + b),
+            (None, b) => b,
+            (a, None) => a,
+        };
+    }
+}
+
+/// The Kafka broker's pid, when it runs on this machine (the local stack's `kafka.Kafka`).
+pub fn kafka_pid() -> Option<String> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let name = e.file_name().into_string().ok()?;
+        name.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        cmdline.split(|b| *b == 0).any(|arg| arg == b"kafka.Kafka").then_some(name)
+    })
+}
+
+/// What one path did over its rounds.
+#[derive(Default)]
+pub struct Totals {
+    ops: u64,
+    wall: f64,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    /// CPU used over the rounds.
+    pub cpu: Cpu,
+}
+
+impl Totals {
+    /// Adds one round: `ops` operations measured as `m`, using `cpu`.
+    pub fn add(&mut self, ops: u64, m: &Measurement, cpu: Cpu) {
+        self.ops += ops;
+        self.wall += ops as f64 / m.per_second;
+        self.p50.push(ms(m.p50));
+        self.p99.push(ms(m.p99));
+        self.cpu.add(cpu);
+    }
+
+    /// Operations per second over all rounds.
+    pub fn per_second(&self) -> f64 {
+        self.ops as f64 / self.wall
+    }
+
+    /// The median round's p50.
+    pub fn p50(&self) -> f64 {
+        let mut v = self.p50.clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+
+    /// The worst round's p99.
+    pub fn p99(&self) -> f64 {
+        self.p99.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// `seconds` of CPU as microseconds per operation.
+    pub fn micros(&self, seconds: f64) -> f64 {
+        seconds * 1e6 / self.ops as f64
+    }
+
+    /// The broker's CPU per operation, when measured.
+    pub fn kafka_micros(&self) -> Option<f64> {
+        self.cpu.kafka.map(|k| self.micros(k))
+    }
+
+    /// CPU per operation of this process, Redis and (when measured) Kafka together.
+    pub fn total_micros(&self) -> f64 {
+        self.micros(self.cpu.process + self.cpu.redis + self.cpu.kafka.unwrap_or(0.0))
+    }
+}
