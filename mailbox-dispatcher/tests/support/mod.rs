@@ -400,6 +400,36 @@ where
     }
 }
 
+/// Polls `measure` every 100 ms until it reports done. `measure` answers `(done, progress)`,
+/// `progress` any number that grows while the work advances (a sum of watermarks). Panics naming
+/// `what` when `progress` stood still for `stall`, or after `cap` in all: slow machines get as
+/// long as they keep advancing, a stuck pipeline still fails.
+pub async fn wait_while_progressing<F, Fut>(what: &str, stall: Duration, cap: Duration, mut measure: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (bool, u64)>,
+{
+    let started = tokio::time::Instant::now();
+    let (mut last, mut moved_at) = (None, started);
+    loop {
+        let (done, progress) = measure().await;
+        if done {
+            return;
+        }
+        let now = tokio::time::Instant::now();
+        if last != Some(progress) {
+            (last, moved_at) = (Some(progress), now);
+        }
+        assert!(
+            now - moved_at < stall,
+            "no progress for {stall:?} (stuck at {progress}, {:?} in all) waiting for {what}",
+            now - started
+        );
+        assert!(now - started < cap, "still not done after {cap:?} (at {progress}) waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
