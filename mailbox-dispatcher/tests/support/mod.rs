@@ -211,13 +211,13 @@ impl Fixture {
     }
 
     /// Starts the `qim-mailbox-dispatcher` binary on `port`.
-    pub fn spawn(&self, port: u16) -> Child {
+    pub fn spawn(&self, port: u16) -> Spawned {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_qim-mailbox-dispatcher"));
         cmd.arg("run").env_clear().env("PATH", std::env::var("PATH").unwrap_or_default());
         for (k, v) in self.binary_env(port) {
             cmd.env(k, v);
         }
-        cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawning the dispatcher binary")
+        Spawned(cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawning the dispatcher binary"))
     }
 
     /// Produces a committed message as the writer does.
@@ -245,6 +245,31 @@ impl Fixture {
         let r = FutureRecord::to(&self.config.kafka.dispatch_topic).partition(partition).key(key).payload(value);
         let d = self.producer.send(r, Timeout::After(Duration::from_secs(30))).await.expect("producing a dispatch");
         u64::try_from(d.offset).unwrap()
+    }
+}
+
+/// A spawned dispatcher binary, killed when dropped: a test that fails midway must not leave it
+/// running (and loading the machine) through the rest of the suite.
+pub struct Spawned(Child);
+
+impl std::ops::Deref for Spawned {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        // Already killed and reaped by the test in the normal case: both calls are then no-ops.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
