@@ -2,6 +2,8 @@
 //! `/metrics` before and after a phase: the mean and the 99th-percentile bucket of each stage
 //! over that phase.
 
+use qim_tests::services::metric_values;
+
 /// One stage's histogram as exported: sum, count and cumulative buckets `(le, count)`.
 #[derive(Clone, Debug, Default)]
 struct Stage {
@@ -28,6 +30,14 @@ pub struct StageFigures {
 
 const PREFIX: &str = "qim_writer_commit_stage_seconds";
 
+/// The three series of a Prometheus histogram.
+#[derive(Clone, Copy)]
+enum Kind {
+    Sum,
+    Count,
+    Bucket,
+}
+
 impl Stages {
     /// Reads the writer's `/metrics` at `url`.
     pub async fn read(http: &reqwest::Client, url: &str) -> anyhow::Result<Self> {
@@ -36,31 +46,28 @@ impl Stages {
 
     fn parse(text: &str) -> anyhow::Result<Self> {
         let mut stages: Vec<Stage> = Vec::new();
-        for line in text.lines() {
-            let Some(rest) = line.strip_prefix(PREFIX) else { continue };
-            let Some((kind, rest)) = rest.split_once('{') else { continue };
-            let Some((labels, value)) = rest.split_once("} ") else { continue };
-            let label = |name: &str| {
-                labels.split(',').find_map(|l| l.strip_prefix(name)?.strip_prefix("=\"")?.strip_suffix('"'))
-            };
-            let Some(name) = label("stage") else { continue };
-            let value: f64 = value.trim().parse()?;
-            let stage = match stages.iter().position(|s| s.name == name) {
-                Some(i) => &mut stages[i],
-                None => {
-                    stages.push(Stage { name: name.to_owned(), ..Stage::default() });
-                    stages.last_mut().expect("just pushed")
+        for (suffix, kind) in [("_sum", Kind::Sum), ("_count", Kind::Count), ("_bucket", Kind::Bucket)] {
+            for (labels, value) in metric_values(text, &format!("{PREFIX}{suffix}")) {
+                let label = |name: &str| {
+                    labels.split(',').find_map(|l| l.strip_prefix(name)?.strip_prefix("=\"")?.strip_suffix('"'))
+                };
+                let Some(name) = label("stage") else { continue };
+                let stage = match stages.iter().position(|s| s.name == name) {
+                    Some(i) => &mut stages[i],
+                    None => {
+                        stages.push(Stage { name: name.to_owned(), ..Stage::default() });
+                        stages.last_mut().expect("just pushed")
+                    }
+                };
+                match kind {
+                    Kind::Sum => stage.sum = value,
+                    Kind::Count => stage.count = value,
+                    Kind::Bucket => {
+                        let le = label("le").ok_or_else(|| anyhow::anyhow!("a bucket without `le`: {labels}"))?;
+                        let le = if le == "+Inf" { f64::INFINITY } else { le.parse()? };
+                        stage.buckets.push((le, value));
+                    }
                 }
-            };
-            match kind {
-                "_sum" => stage.sum = value,
-                "_count" => stage.count = value,
-                "_bucket" => {
-                    let le = label("le").ok_or_else(|| anyhow::anyhow!("a bucket without `le`: {line}"))?;
-                    let le = if le == "+Inf" { f64::INFINITY } else { le.parse()? };
-                    stage.buckets.push((le, value));
-                }
-                _ => {}
             }
         }
         Ok(Self(stages))
