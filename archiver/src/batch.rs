@@ -4,10 +4,12 @@
 //! A record is poison, for good, when it does not decode or its key and headers contradict its
 //! value ([`decode_message`], reasons `undecodable`, `bad_key`, `bad_header`), or when the
 //! archive must refuse it ([`archive_check`], reasons `bad_retention`, `out_of_range`). Poison
-//! goes to the dead-letter topic and the stream continues. Transient failures are never
+//! goes to the dead-letter topic and the stream continues. (One more reason is found only while
+//! writing: `conflicting_record`, a record whose coordinates hold another archived record; see
+//! [`crate::pipeline`].) Transient failures are never
 //! decided here: they happen while writing, and are retried.
 
-use qim_store::message::MessageRecord;
+use qim_store::message::{MessageRecord, Publication, PublishedRecord};
 use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::scylla::archive_check;
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
@@ -30,10 +32,20 @@ pub struct Poison {
 pub struct Valid {
     /// The decoded record.
     pub record: MessageRecord,
+    /// The record as received (dead-lettered as it is if the archive refuses it).
+    pub incoming: Incoming,
     /// The Kafka record's timestamp, if any.
     pub timestamp_ms: Option<i64>,
     /// Whether its expiry differs from this process's policy (configuration drift).
     pub retention_mismatch: bool,
+}
+
+impl Valid {
+    /// The record with where it was read.
+    pub fn published(&self) -> PublishedRecord {
+        let publication = Publication { partition: self.incoming.partition, offset: self.incoming.offset };
+        PublishedRecord { record: self.record.clone(), publication }
+    }
 }
 
 /// One partition's records, in offset order, classified.
@@ -89,7 +101,7 @@ pub fn classify(incoming: Incoming, policy: &RetentionPolicy) -> Verdict {
     }
     let retention_mismatch = record.retention == RetentionClass::Default
         && record.expires_at != policy.expires_at(record.retention, record.created_at);
-    Verdict::Archive(Valid { record, timestamp_ms: incoming.timestamp_ms, retention_mismatch })
+    Verdict::Archive(Valid { record, timestamp_ms: incoming.timestamp_ms, retention_mismatch, incoming })
 }
 
 /// Splits `records` (any order, any partitions, one epoch each) into per-partition batches in

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_store::env::{EnvVar, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_store::env::{EnvVar, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
@@ -16,7 +16,6 @@ pub const ARCHIVER_ENV: &[EnvVar] = &[
         default: Some("127.0.0.1:8081"),
         doc: "Listen address of `/metrics`, `/healthz` and `/readyz`.",
     },
-    EnvVar { name: "QIM_ARCHIVER_GROUP", default: Some("qim-archiver"), doc: "Kafka consumer group." },
     EnvVar {
         name: "QIM_DLQ_TOPIC",
         default: Some("qim.messages.dlq.v1"),
@@ -50,7 +49,7 @@ pub const ARCHIVER_ENV: &[EnvVar] = &[
 ];
 
 /// Every variable the archiver reads, as documented in the README.
-pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV, ARCHIVER_ENV];
+pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, ARCHIVER_ENV];
 
 /// Batching and write limits of the consumer (and of `replay`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

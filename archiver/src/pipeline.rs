@@ -1,6 +1,8 @@
 //! What happens to one partition batch, in order: poison to the dead-letter topic, valid
-//! records into the archive (acknowledged at LOCAL_QUORUM), then the archived watermarks. Only
-//! when all three are done may the caller store the batch's offset.
+//! records into the archive (acknowledged at LOCAL_QUORUM), the records the archive refused
+//! because their coordinates hold another record to the dead-letter topic too (reason
+//! `conflicting_record`: DESIGN invariant 8, the archived one stays), then the archived
+//! watermarks. Only when all of them are done may the caller store the batch's offset.
 //!
 //! Each step is idempotent and remembered in [`Progress`], so a retry after a transient failure
 //! (Cassandra, Kafka or Redis unavailable) redoes only the steps not yet done, and a batch
@@ -14,15 +16,18 @@ use std::time::{Duration, Instant};
 
 use metrics::{counter, histogram};
 use qim_store::ids::UnixMillis;
-use qim_store::message::MessageRecord;
+use qim_store::message::{MessageRecord, PublishedRecord};
 use qim_store::scylla::ScyllaMessageStore;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::PartitionBatch;
+use crate::batch::{PartitionBatch, Poison};
 use crate::dlq::DeadLetters;
 use crate::failpoint::crash_point;
 use crate::metrics::{BATCHES, BATCH_SECONDS, DEAD_LETTERS, END_TO_END_SECONDS, RECORDS, RETENTION_MISMATCH, RETRIES};
 use crate::watermark::Watermarks;
+
+/// The dead-letter reason of a record whose coordinates hold another archived record.
+pub const CONFLICTING: &str = "conflicting_record";
 
 /// First retry delay; doubles per attempt.
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
@@ -30,10 +35,13 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Which steps of a batch are done.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Progress {
     dead_lettered: bool,
     archived: bool,
+    /// Records the archive refused (their coordinates hold another record), by batch index.
+    refused: Vec<Poison>,
+    refused_dead_lettered: bool,
     watermarked: bool,
 }
 
@@ -109,12 +117,84 @@ impl Processor {
     /// Runs the steps of `batch` not yet done in `progress`.
     pub async fn apply(&self, batch: &PartitionBatch, progress: &mut Progress) -> Result<(), Failure> {
         if !progress.dead_lettered && !batch.poison.is_empty() {
-            if let Some(dlq) = &self.dead_letters {
-                dlq.send_all(&batch.poison).await.map_err(|error| Failure::Transient { step: "dead_letter", error })?;
+            self.dead_letter(&batch.poison).await?;
+        }
+        progress.dead_lettered = true;
+        crash_point("archiver::after_dead_letter");
+        if !progress.archived && !batch.valid.is_empty() {
+            let published: Vec<PublishedRecord> = batch.valid.iter().map(|v| v.published()).collect();
+            let report = match self.archive.archive_records(&published, self.write_concurrency).await {
+                Ok(report) => report,
+                Err(e) if e.kind().is_retryable() => {
+                    return Err(Failure::Transient { step: "archive", error: e.to_string() });
+                }
+                Err(e) => return Err(Failure::Fatal(format!("the archive refused a checked record: {e}"))),
+            };
+            progress.refused = report
+                .conflicts
+                .into_iter()
+                .map(|c| Poison {
+                    incoming: batch.valid[c.index].incoming.clone(),
+                    reason: CONFLICTING,
+                    detail: c.detail,
+                })
+                .collect();
+            let now = UnixMillis::now().0;
+            for v in &batch.valid {
+                if let Some(ts) = v.timestamp_ms {
+                    histogram!(END_TO_END_SECONDS).record((now - ts).max(0) as f64 / 1000.0);
+                }
+                if v.retention_mismatch {
+                    counter!(RETENTION_MISMATCH).increment(1);
+                }
             }
-            for p in &batch.poison {
-                counter!(DEAD_LETTERS, "reason" => p.reason).increment(1);
-                counter!(RECORDS, "outcome" => "dead_lettered").increment(1);
+            counter!(RECORDS, "outcome" => "archived").increment(report.written as u64);
+        }
+        progress.archived = true;
+        // Tests park a batch here (rows durable, offset not stored) to kill the process.
+        crash_point("archiver::after_archive");
+        if !progress.refused_dead_lettered && !progress.refused.is_empty() {
+            self.dead_letter(&progress.refused).await?;
+        }
+        progress.refused_dead_lettered = true;
+        if !progress.watermarked {
+            if let Some(watermarks) = &self.watermarks {
+                let refused: Vec<(i32, i64)> =
+                    progress.refused.iter().map(|p| (p.incoming.partition, p.incoming.offset)).collect();
+                let records: Vec<MessageRecord> = batch
+                    .valid
+                    .iter()
+                    .filter(|v| !refused.contains(&(v.incoming.partition, v.incoming.offset)))
+                    .map(|v| v.record.clone())
+                    .collect();
+                watermarks.observe(&records).await.map_err(|e| match e.kind().is_retryable() {
+                    true => Failure::Transient { step: "watermark", error: e.to_string() },
+                    false => Failure::Fatal(format!("archived watermarks: {e}")),
+                })?;
+            }
+        }
+        progress.watermarked = true;
+        crash_point("archiver::after_watermark");
+        Ok(())
+    }
+
+    /// Dead-letters `poison` (or only counts and logs it, without a dead-letter topic: replay).
+    async fn dead_letter(&self, poison: &[Poison]) -> Result<(), Failure> {
+        if let Some(dlq) = &self.dead_letters {
+            dlq.send_all(poison).await.map_err(|error| Failure::Transient { step: "dead_letter", error })?;
+        }
+        for p in poison {
+            counter!(DEAD_LETTERS, "reason" => p.reason).increment(1);
+            counter!(RECORDS, "outcome" => "dead_lettered").increment(1);
+            if p.reason == CONFLICTING {
+                tracing::error!(
+                    partition = p.incoming.partition,
+                    offset = p.incoming.offset,
+                    detail = %p.detail,
+                    dead_lettered = self.dead_letters.is_some(),
+                    "record refused: its seq holds another archived record"
+                );
+            } else {
                 tracing::warn!(
                     partition = p.incoming.partition,
                     offset = p.incoming.offset,
@@ -125,41 +205,6 @@ impl Processor {
                 );
             }
         }
-        progress.dead_lettered = true;
-        crash_point("archiver::after_dead_letter");
-        let records: Vec<MessageRecord> = batch.valid.iter().map(|v| v.record.clone()).collect();
-        if !progress.archived && !records.is_empty() {
-            match self.archive.archive_records(&records, self.write_concurrency).await {
-                Ok(()) => {}
-                Err(e) if e.kind().is_retryable() => {
-                    return Err(Failure::Transient { step: "archive", error: e.to_string() });
-                }
-                Err(e) => return Err(Failure::Fatal(format!("the archive refused a checked record: {e}"))),
-            }
-            let now = UnixMillis::now().0;
-            for v in &batch.valid {
-                if let Some(ts) = v.timestamp_ms {
-                    histogram!(END_TO_END_SECONDS).record((now - ts).max(0) as f64 / 1000.0);
-                }
-                if v.retention_mismatch {
-                    counter!(RETENTION_MISMATCH).increment(1);
-                }
-            }
-            counter!(RECORDS, "outcome" => "archived").increment(records.len() as u64);
-        }
-        progress.archived = true;
-        // Tests park a batch here (rows durable, offset not stored) to kill the process.
-        crash_point("archiver::after_archive");
-        if !progress.watermarked {
-            if let Some(watermarks) = &self.watermarks {
-                watermarks.observe(&records).await.map_err(|e| match e.kind().is_retryable() {
-                    true => Failure::Transient { step: "watermark", error: e.to_string() },
-                    false => Failure::Fatal(format!("archived watermarks: {e}")),
-                })?;
-            }
-        }
-        progress.watermarked = true;
-        crash_point("archiver::after_watermark");
         Ok(())
     }
 

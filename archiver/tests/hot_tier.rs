@@ -53,8 +53,9 @@ async fn watermarks_pass_old_holes_wait_for_young_ones_and_the_trim_follows() {
     config.hole_grace = Duration::from_secs(3);
     let redis = config.hot_tier.clone().unwrap();
     let clock = Arc::new(ManualClock::new(UnixMillis::now()));
+    let marks = Arc::new(qim_store::memory::MemorySeqHighWater::new());
     let writer = RedisMessageStore::open(&redis, policy, clock.clone()).await.unwrap().with_trim_window(7);
-    writer.reseed(&[]).await.unwrap();
+    let writer = writer.with_seq_leases(qim_store::redis::SeqLeases::new(marks));
 
     let old = (fresh(TenantId), fresh(ConversationId));
     let young = (fresh(TenantId), fresh(ConversationId));

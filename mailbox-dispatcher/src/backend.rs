@@ -1,6 +1,6 @@
 //! Opening the configured backend: the mailbox store and the membership store (the one the
-//! writer's admin API writes: Redis in the same `QIM_REDIS_NAMESPACE`, or the Scylla keyspace),
-//! then a readiness check. Never migrates (that is `qim-mailbox-dispatcher migrate`) and never falls back to
+//! writer's admin API writes: the Scylla keyspace's membership table, cached in Redis in the same
+//! `QIM_REDIS_NAMESPACE` when the backend is Redis), then a readiness check. Never migrates (that is `qim-mailbox-dispatcher migrate`) and never falls back to
 //! another backend.
 
 use std::sync::Arc;
@@ -8,9 +8,10 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use qim_store::clock::SystemClock;
 use qim_store::mailbox::MailboxRetention;
-use qim_store::redis::{RedisConfig, RedisMailboxStore, RedisMembershipStore};
+use qim_store::redis::{RedisMailboxStore, RedisMembershipCache};
 use qim_store::scylla::{open_session, readiness, ScyllaConfig, ScyllaMailboxStore, ScyllaMembershipStore};
 use qim_store::service::http::ReadinessCheck;
+use qim_store::tiered::TieredMembershipStore;
 use qim_store::{MailboxStore, MembershipStore};
 use scylla::client::session::Session;
 
@@ -31,11 +32,11 @@ pub struct Stores {
 /// Connects to `backend` and checks it is ready (the schema present, for Scylla).
 pub async fn open(backend: &Backend, retention: MailboxRetention) -> anyhow::Result<Stores> {
     match backend {
-        Backend::Redis(config) => {
+        Backend::Redis { redis: config, members: members_config } => {
             let store = RedisMailboxStore::open(config, retention, Arc::new(SystemClock))
                 .await
                 .with_context(|| format!("opening the redis mailbox store at {}", config.url))?;
-            let members = members_redis(config).await?;
+            let members = members_tiered(config, members_config).await?;
             let url = config.url.clone();
             let ready: ReadinessCheck = Arc::new(move || {
                 let url = url.clone();
@@ -84,11 +85,18 @@ async fn ping_redis(url: &str) -> Result<(), String> {
     redis::cmd("PING").query_async::<String>(&mut conn).await.map(drop).map_err(|e| format!("redis at {url}: {e}"))
 }
 
-async fn members_redis(config: &RedisConfig) -> anyhow::Result<Arc<dyn MembershipStore>> {
-    let store = RedisMembershipStore::open(config)
+/// Membership durable in `durable`'s keyspace (the writer's archive), cached in `redis`.
+async fn members_tiered(
+    redis: &qim_store::redis::RedisConfig,
+    durable: &ScyllaConfig,
+) -> anyhow::Result<Arc<dyn MembershipStore>> {
+    let table = ScyllaMembershipStore::connect(durable)
         .await
-        .with_context(|| format!("opening the redis membership store at {}", config.url))?;
-    Ok(Arc::new(store))
+        .with_context(|| format!("opening the membership table in keyspace {}", durable.keyspace))?;
+    let cache = RedisMembershipCache::open(redis)
+        .await
+        .with_context(|| format!("opening the member cache at {}", redis.url))?;
+    Ok(Arc::new(TieredMembershipStore::new(table, cache)))
 }
 
 async fn members_scylla(session: &Arc<Session>, config: &ScyllaConfig) -> anyhow::Result<Arc<dyn MembershipStore>> {

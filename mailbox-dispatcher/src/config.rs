@@ -72,8 +72,13 @@ pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV, DISPATCH
 /// Where mailbox state (and membership) lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// Redis: the default.
-    Redis(RedisConfig),
+    /// Redis: the default. Membership is durable in the Scylla keyspace and cached in Redis.
+    Redis {
+        /// Mailboxes, dispatch bookkeeping, watermarks and the member cache.
+        redis: RedisConfig,
+        /// The keyspace holding the durable membership table (the writer's archive).
+        members: ScyllaConfig,
+    },
     /// ScyllaDB / Cassandra.
     Scylla(ScyllaConfig),
 }
@@ -82,7 +87,7 @@ impl Backend {
     /// `redis` or `scylla`, for logs.
     pub fn name(&self) -> &'static str {
         match self {
-            Backend::Redis(_) => "redis",
+            Backend::Redis { .. } => "redis",
             Backend::Scylla(_) => "scylla",
         }
     }
@@ -152,7 +157,8 @@ impl DispatcherConfig {
                     namespace: s.required("QIM_REDIS_NAMESPACE")?.to_owned(),
                 };
                 redis.validate().map_err(|e| format!("QIM_REDIS_NAMESPACE: {e}"))?;
-                Backend::Redis(redis)
+                let members = ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?;
+                Backend::Redis { redis, members }
             }
             "scylla" => Backend::Scylla(ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?),
             other => return Err(format!("QIM_STORE_BACKEND={other:?} must be `redis` or `scylla`")),

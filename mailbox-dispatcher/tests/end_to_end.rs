@@ -17,13 +17,15 @@ async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
     let f = Fixture::new(kind).await;
     let backend = match &f.config.backend {
         // The writer reads older history from a Scylla archive behind its Redis hot tier.
-        Backend::Redis(r) => WriterBackend::Redis { redis: r.clone(), archive: support::scylla_keyspace().await },
+        Backend::Redis { redis, members } => WriterBackend::Redis { redis: redis.clone(), archive: members.clone() },
         Backend::Scylla(s) => WriterBackend::Scylla(s.clone()),
     };
     let config = WriterConfig {
         backend,
         kafka_brokers: support::brokers(),
         messages_topic: f.config.kafka.messages_topic.clone(),
+        archiver_group: format!("{}.archiver", f.config.kafka.messages_topic),
+        seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
         policy: RetentionPolicy::with_default_days(30).unwrap(),
         hot_window_days: 7,
         http_addr: "127.0.0.1:0".parse().unwrap(),

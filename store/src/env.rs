@@ -83,6 +83,15 @@ pub const KAFKA_ENV: &[EnvVar] = &[
     },
 ];
 
+/// Variables of the archiver that the writer reads too: the archiver's consumer group, whose
+/// committed offsets tell the writer where the archive ends in `qim.messages.v1` (what it must
+/// restore from the topic itself after Redis lost state).
+pub const ARCHIVER_GROUP_ENV: &[EnvVar] = &[EnvVar {
+    name: "QIM_ARCHIVER_GROUP",
+    default: Some("qim-archiver"),
+    doc: "The archiver's Kafka consumer group (the writer reads its committed offsets after Redis lost state).",
+}];
+
 /// Variables read by every service that serves HTTP (`/metrics`, `/healthz`, `/readyz`, `/v1`).
 pub const HTTP_ENV: &[EnvVar] = &[
     EnvVar {
@@ -104,7 +113,8 @@ mod tests {
 
     #[test]
     fn every_documented_variable_is_prefixed_and_unique() {
-        let all: Vec<&EnvVar> = [STORE_ENV, KAFKA_ENV, HTTP_ENV].iter().flat_map(|t| t.iter()).collect();
+        let all: Vec<&EnvVar> =
+            [STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV].iter().flat_map(|t| t.iter()).collect();
         let mut names: Vec<&str> = all.iter().map(|v| v.name).collect();
         names.sort_unstable();
         let before = names.len();

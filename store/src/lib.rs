@@ -3,8 +3,8 @@
 //! - Domain: [`ids`], [`message`], [`mailbox`], [`retention`].
 //! - Encodings: [`codec`] (versioned, canonical, fail-closed); the Kafka wire contract in
 //!   [`topic`].
-//! - Contracts: [`MessageStore`], [`MailboxStore`], [`MembershipStore`], [`HistoryAuthorizer`], with errors in
-//!   [`error`].
+//! - Contracts: [`MessageStore`], [`MailboxStore`], [`MembershipStore`], [`HistoryAuthorizer`],
+//!   [`SeqHighWater`] (the durable seq floor of DESIGN invariant 7), with errors in [`error`].
 //! - Backends: [`memory`] (the reference model and embedded mode), [`redis`] (the default and
 //!   the hot tier), [`scylla`] (CQL against ScyllaDB, or Apache Cassandra 5 on our machines),
 //!   [`tiered`] (the Redis hot tier and the Scylla archive behind one `MessageStore`).
@@ -22,10 +22,12 @@ mod membership_store;
 pub mod memory;
 pub mod message;
 mod message_store;
+pub mod metrics;
 pub mod redis;
 pub mod retention;
 mod rules;
 pub mod scylla;
+mod seq_high_water;
 #[cfg(feature = "service")]
 pub mod service;
 #[cfg(any(test, feature = "testsuite"))]
@@ -39,3 +41,4 @@ pub use membership_store::{
     all_members, MembershipAuthorizer, MembershipStore, MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL,
 };
 pub use message_store::{GcReport, HistoryAuthorizer, MessageStore, COMMIT_AUX_TTL_MILLIS};
+pub use seq_high_water::SeqHighWater;

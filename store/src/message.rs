@@ -77,6 +77,15 @@ pub struct Publication {
     pub offset: i64,
 }
 
+/// A record as it was published: the record and where it is in `qim.messages.v1`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PublishedRecord {
+    /// The record.
+    pub record: MessageRecord,
+    /// Its partition and offset.
+    pub publication: Publication,
+}
+
 /// The immutable facts fixed at reservation, plus the publication once outboxed.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct CommitIntent {

@@ -100,3 +100,20 @@ mod membership {
     use super::*;
     qim_store::membership_store_contract_suite!(Memory::default());
 }
+
+/// Memory high-water stores opened by one harness share their marks (like processes sharing a
+/// database).
+#[derive(Default)]
+struct MemoryMarks(Arc<qim_store::memory::MemorySeqHighWater>);
+
+#[async_trait]
+impl qim_store::testsuite::SeqHighWaterHarness for MemoryMarks {
+    async fn open(&self) -> Arc<dyn qim_store::SeqHighWater> {
+        self.0.clone()
+    }
+}
+
+mod high_water {
+    use super::*;
+    qim_store::seq_high_water_contract_suite!(MemoryMarks::default());
+}

@@ -1,6 +1,7 @@
 //! The Redis hot tier's own duties, each test on a private `redis-server` (flushed, restarted,
-//! or inspected key by key, so never the shared one): no seq reissued after Redis loses state,
-//! re-seeding from durable evidence, AOF restarts, and the ADR-0019 trim and expiry rules.
+//! restored from an older snapshot, or inspected key by key, so never the shared one): no seq
+//! reissued after Redis loses state (seq leases of the durable high-water mark), AOF restarts,
+//! restoring records, and the ADR-0019 trim and expiry rules.
 
 #[path = "support/private_redis.rs"]
 mod private_redis;
@@ -10,19 +11,29 @@ use std::sync::Arc;
 use private_redis::PrivateRedis;
 use qim_store::clock::{Clock, ManualClock};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
+use qim_store::memory::MemorySeqHighWater;
+use qim_store::message::PublishedRecord;
 use qim_store::message::{CommitState, Direction, HistoryPage, HistoryQuery, MessageRecord, Publication};
-use qim_store::redis::{PublishedRecord, RedisConfig, RedisMessageStore, SeqEvidence};
+use qim_store::redis::{RedisConfig, RedisMessageStore, SeqLeases, DEFAULT_LEASE_BLOCK};
 use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
 use qim_store::testsuite::fixtures::{
     assert_kind, clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer,
 };
 use qim_store::testsuite::message::commit_fully;
-use qim_store::{ErrorKind, MessageStore};
+use qim_store::{ErrorKind, MessageStore, SeqHighWater};
+
+/// The durable seq high-water marks every store of this process leases from (in memory: they
+/// outlive Redis restarts and flushes, as a database does).
+fn marks() -> Arc<MemorySeqHighWater> {
+    static MARKS: std::sync::OnceLock<Arc<MemorySeqHighWater>> = std::sync::OnceLock::new();
+    MARKS.get_or_init(Arc::default).clone()
+}
 
 async fn open(redis: &PrivateRedis, days: u32, clock: Arc<ManualClock>) -> RedisMessageStore {
     let config = RedisConfig { url: redis.url(), namespace: "qim".into() };
     let policy = RetentionPolicy::with_default_days(days).expect("legal days");
-    RedisMessageStore::open(&config, policy, clock).await.expect("private redis answers")
+    let store = RedisMessageStore::open(&config, policy, clock).await.expect("private redis answers");
+    store.with_seq_leases(SeqLeases::new(marks()))
 }
 
 async fn raw(redis: &PrivateRedis) -> redis::aio::MultiplexedConnection {
@@ -55,58 +66,64 @@ async fn history_seqs(store: &RedisMessageStore, tenant: TenantId, conv: Convers
 }
 
 #[tokio::test]
-async fn an_unseeded_store_refuses_sends_until_reseeded() {
+async fn a_conversation_leases_a_block_of_the_durable_mark_before_its_first_seq() {
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
-    assert_eq!(store.missing_seed_markers().await.unwrap(), qim_store::redis::seeding::SLOTS);
-    let req = request(t, user(1), "m1", conv, b"x");
-    assert_kind(store.reserve(&req, fresh_message_id()).await, ErrorKind::InvariantViolation, "unseeded");
-    store.reseed(&[]).await.unwrap();
-    assert_eq!(store.missing_seed_markers().await.unwrap(), 0);
     assert_eq!(send(&store, t, conv, "m1").await, 1);
+    assert_eq!(marks().high_water(t, conv).await.unwrap(), ConversationSeq(DEFAULT_LEASE_BLOCK));
+    for i in 2..=DEFAULT_LEASE_BLOCK + 10 {
+        assert_eq!(send(&store, t, conv, &format!("m{i}")).await, i, "seqs stay contiguous across lease extensions");
+    }
+    let mark = marks().high_water(t, conv).await.unwrap().0;
+    assert!(mark >= DEFAULT_LEASE_BLOCK + 10, "every issued seq is at or below the durable mark ({mark})");
 }
 
 #[tokio::test]
-async fn a_flush_mid_run_stops_sends_and_reseeding_resumes_above_the_evidence() {
+async fn without_leases_a_store_installs_no_lease_but_answers_replays() {
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
-    store.reseed(&[]).await.unwrap();
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let req = request(t, user(1), "m1", conv, b"x");
+    let committed = commit_fully(&store, &req).await;
+    let config = RedisConfig { url: redis.url(), namespace: "qim".into() };
+    let bare = RedisMessageStore::open(&config, RetentionPolicy::default(), clock()).await.unwrap();
+    assert_eq!(bare.reserve(&req, fresh_message_id()).await.unwrap(), committed, "a replay is answered");
+    let next = request(t, user(1), "n1", fresh_conversation(), b"x");
+    assert_kind(bare.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "no lease to be had");
+}
+
+#[tokio::test]
+async fn a_flush_mid_run_resumes_above_the_durable_mark() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     for i in 1..=5 {
         assert_eq!(send(&store, t, conv, &format!("m{i}")).await, i);
     }
     redis::cmd("FLUSHALL").query_async::<()>(&mut raw(&redis).await).await.unwrap();
-    let next = request(t, user(1), "m6", conv, b"x");
-    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "after a flush");
-    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "still refused");
-    // The writer's recovery finds seq 5 in the archive / qim.messages.v1 and re-seeds.
-    let evidence = SeqEvidence { tenant: t, conversation: conv, max_seq: ConversationSeq(5) };
-    store.reseed(&[evidence]).await.unwrap();
-    assert_eq!(send(&store, t, conv, "m6").await, 6, "no seq at or below the evidence is reissued");
-    store.reseed(&[SeqEvidence { max_seq: ConversationSeq(2), ..evidence }]).await.unwrap();
-    assert_eq!(send(&store, t, conv, "m7").await, 7, "re-seeding never lowers a counter");
+    let next = send(&store, t, conv, "m6").await;
+    assert_eq!(next, DEFAULT_LEASE_BLOCK + 1, "the counter restarts above the mark, never at 1");
+    assert_eq!(send(&store, t, conv, "m7").await, next + 1);
+    assert_eq!(marks().high_water(t, conv).await.unwrap(), ConversationSeq(2 * DEFAULT_LEASE_BLOCK));
 }
 
 #[tokio::test]
-async fn a_lost_counter_under_surviving_history_is_refused() {
+async fn a_lost_counter_under_surviving_history_resumes_above_the_mark() {
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
-    store.reseed(&[]).await.unwrap();
-    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let (t, conv, other) = (fresh_tenant(), fresh_conversation(), fresh_conversation());
     send(&store, t, conv, "m1").await;
+    send(&store, t, other, "n1").await;
     redis::cmd("DEL").arg(store.seq_key(t, conv)).query_async::<()>(&mut raw(&redis).await).await.unwrap();
-    let next = request(t, user(1), "m2", conv, b"x");
-    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "counter lost");
-    let other = fresh_conversation();
-    assert_eq!(send(&store, t, other, "n1").await, 1, "a new conversation is not affected");
+    assert_eq!(send(&store, t, conv, "m2").await, DEFAULT_LEASE_BLOCK + 1, "the lost counter is revalidated");
+    assert_eq!(send(&store, t, other, "n2").await, 2, "another conversation keeps its lease");
 }
 
 #[tokio::test]
-async fn an_aof_restart_loses_nothing_acknowledged_and_requires_a_reseed() {
+async fn an_aof_restart_loses_nothing_acknowledged_and_resumes_above_the_mark() {
     let mut redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     let mut acknowledged = Vec::new();
     for i in 1..=20 {
@@ -115,19 +132,44 @@ async fn an_aof_restart_loses_nothing_acknowledged_and_requires_a_reseed() {
     }
     redis.restart();
     let store = open(&redis, 30, clock()).await;
+    assert!(!store.hot_tier_trusted(t, conv).await.unwrap(), "another Redis process: the lease is not valid");
     for (req, committed) in &acknowledged {
         let after = store.load_commit(&req.key).await.unwrap().expect("acknowledged commit survives");
         assert_eq!(&after, committed);
         assert_eq!(store.reserve(req, fresh_message_id()).await.unwrap(), *committed, "a retry gets the same answer");
     }
     assert_eq!(history_seqs(&store, t, conv).await.0, (1..=20).collect::<Vec<_>>());
-    // Another Redis process now serves every slot: it may have rolled counters back (the last
-    // second of an everysec AOF, a restore, a failover), so nothing is issued until re-seeded.
-    assert_eq!(store.missing_seed_markers().await.unwrap(), qim_store::redis::seeding::SLOTS);
-    let next = request(t, user(1), "m21", conv, b"x");
-    assert_kind(store.reserve(&next, fresh_message_id()).await, ErrorKind::InvariantViolation, "after a restart");
-    store.reseed(&[SeqEvidence { tenant: t, conversation: conv, max_seq: ConversationSeq(20) }]).await.unwrap();
-    assert_eq!(send(&store, t, conv, "m21").await, 21);
+    // The restarted process may have lost the last second of writes: the counter restarts above
+    // the mark (the retries above, finding their claims gone, left holes there).
+    assert!(send(&store, t, conv, "m21").await > DEFAULT_LEASE_BLOCK);
+    assert!(store.hot_tier_trusted(t, conv).await.unwrap(), "revalidated");
+}
+
+#[tokio::test]
+async fn a_restored_older_snapshot_never_reissues_a_seq() {
+    let mut redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    for i in 1..=70 {
+        send(&store, t, conv, &format!("a{i}")).await;
+    }
+    let snapshot = redis.snapshot();
+    let store = open(&redis, 30, clock()).await;
+    let mut issued = Vec::new();
+    for i in 1..=60 {
+        issued.push(send(&store, t, conv, &format!("b{i}")).await);
+    }
+    let highest = *issued.last().unwrap();
+    assert!(issued[0] > 70, "the restart revalidated the lease: {issued:?}");
+    assert_eq!(highest, issued[0] + 59, "contiguous after the revalidation: {issued:?}");
+    redis.restore(&snapshot);
+    let store = open(&redis, 30, clock()).await;
+    let counter: u64 = redis::cmd("GET").arg(store.seq_key(t, conv)).query_async(&mut raw(&redis).await).await.unwrap();
+    assert_eq!(counter, 70, "the snapshot rolled the counter back");
+    let next = send(&store, t, conv, "c1").await;
+    assert!(next > highest, "seq {next} must be above every seq issued before the restore ({highest})");
+    let mark = marks().high_water(t, conv).await.unwrap().0;
+    assert!(mark >= next, "the mark ({mark}) covers the new lease");
 }
 
 #[tokio::test]
@@ -135,7 +177,6 @@ async fn the_hot_tier_and_recent_commits_are_restored_from_the_topic_without_ove
     let redis = PrivateRedis::start();
     let clock = clock();
     let store = open(&redis, 30, clock.clone()).await;
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     let mut acknowledged = Vec::new();
     for i in 1..=4 {
@@ -184,7 +225,6 @@ async fn the_hot_tier_and_recent_commits_are_restored_from_the_topic_without_ove
     assert_eq!((report.outside_window, report.expired, report.removed, report.restored), (1, 1, 1, 0), "{report:?}");
 
     // The restored records carry their expiry registrations: the drain removes them on time.
-    store.reseed(&[SeqEvidence { tenant: t, conversation: conv, max_seq: ConversationSeq(4) }]).await.unwrap();
     // A retry of an acknowledged send gets its first answer; other content under its key is a conflict.
     for (req, committed) in &acknowledged {
         let retry = store.reserve(req, fresh_message_id()).await.unwrap();
@@ -195,7 +235,7 @@ async fn the_hot_tier_and_recent_commits_are_restored_from_the_topic_without_ove
     }
     let changed = request(t, user(1), "m1", conv, b"other content");
     assert_kind(store.reserve(&changed, fresh_message_id()).await, ErrorKind::Conflict, "same key, other content");
-    assert_eq!(send(&store, t, conv, "m5").await, 5);
+    assert!(send(&store, t, conv, "m5").await > DEFAULT_LEASE_BLOCK, "above the durable mark");
     clock.advance(30 * MILLIS_PER_DAY + 1);
     assert_eq!(store.gc_expired_history(100).await.unwrap().removed, 5);
 }
@@ -204,7 +244,6 @@ async fn the_hot_tier_and_recent_commits_are_restored_from_the_topic_without_ove
 async fn a_counter_rolled_back_under_surviving_history_never_reissues() {
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     for i in 1..=3 {
         send(&store, t, conv, &format!("m{i}")).await;
@@ -215,11 +254,11 @@ async fn a_counter_rolled_back_under_surviving_history_never_reissues() {
 
 #[tokio::test]
 async fn a_second_writer_handed_the_same_seq_can_not_overwrite_the_first() {
-    // A re-seed that raced an in-flight send can hand one seq to two writers; the record of the
-    // first must win and the second must fail before it is ever published.
+    // A counter rolled back under an in-flight send (whatever the cause) hands one seq to two
+    // writers; the record of the first must win and the second must fail before it is ever
+    // published.
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     let first = store.reserve(&request(t, user(1), "a", conv, b"first"), fresh_message_id()).await.unwrap();
     redis::cmd("SET").arg(store.seq_key(t, conv)).arg(0).query_async::<()>(&mut raw(&redis).await).await.unwrap();
@@ -239,7 +278,6 @@ async fn an_expiry_registered_again_after_the_drain_does_not_jam_it() {
     let redis = PrivateRedis::start();
     let clock = clock();
     let store = open(&redis, 30, clock.clone()).await;
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     let mut eph = request(t, user(1), "e", conv, b"x");
     eph.retention = RetentionClass::Ephemeral24h;
@@ -266,7 +304,6 @@ async fn an_expiry_registered_again_after_the_drain_does_not_jam_it() {
 async fn corrupt_numbers_and_members_are_corrupt_entries_not_outages() {
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     send(&store, t, conv, "m1").await;
     let mut con = raw(&redis).await;
@@ -288,7 +325,6 @@ async fn the_trim_stops_at_the_archived_watermark() {
     let redis = PrivateRedis::start();
     let clock = clock();
     let store = open(&redis, 30, clock.clone()).await.with_trim_window(7);
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     for i in 1..=5 {
         send(&store, t, conv, &format!("m{i}")).await;
@@ -312,7 +348,6 @@ async fn the_trim_stops_at_the_archived_watermark() {
 async fn the_trim_owner_registers_expiry_only_for_records_expiring_inside_the_window() {
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await.with_trim_window(7);
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     send(&store, t, conv, "default").await;
     let mut eph = request(t, user(1), "eph", conv, b"x");
@@ -342,7 +377,6 @@ async fn a_trimmed_record_leaves_no_expiry_member_to_stall_the_drain() {
     let redis = PrivateRedis::start();
     let clock = clock();
     let store = open(&redis, 7, clock.clone()).await.with_trim_window(7);
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     send(&store, t, conv, "m1").await;
     send(&store, t, conv, "m2").await;
@@ -361,7 +395,6 @@ async fn the_drain_removes_expired_records_in_batches() {
     let redis = PrivateRedis::start();
     let clock = clock();
     let store = open(&redis, 30, clock.clone()).await;
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     for i in 0..7 {
         let mut eph = request(t, user(1), &format!("e{i}"), conv, b"x");
@@ -388,7 +421,6 @@ async fn a_send_costs_five_round_trips() {
     // server: a `SCRIPT FLUSH` from another test would add reload trips.
     let redis = PrivateRedis::start();
     let store = open(&redis, 30, clock()).await;
-    store.reseed(&[]).await.unwrap();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     send(&store, t, conv, "warm").await;
     let trips = |store: &RedisMessageStore| store.round_trips();

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use qim_store::clock::ManualClock;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
+use qim_store::memory::MemorySeqHighWater;
 use qim_store::message::{CommitRequest, Direction, HistoryQuery, Publication};
 use qim_store::redis::message::RedisMessageStore;
-use qim_store::redis::RedisConfig;
+use qim_store::redis::{RedisConfig, SeqLeases};
 use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
 use qim_store::testsuite::fixtures::{
     assert_kind, clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer, T0,
@@ -26,25 +27,32 @@ mod shared_redis;
 
 use shared_redis::{unique_namespace, unreachable, url as redis_url, Cleanup};
 
-/// Opens and seeds a store in a fresh namespace (deleted by `cleanup`), or fails the test naming
-/// Redis and how to start it.
+/// The durable seq high-water marks every store of this process leases from (in memory: they
+/// outlive every store of a test, as a database outlives writer processes).
+fn marks() -> Arc<MemorySeqHighWater> {
+    static MARKS: std::sync::OnceLock<Arc<MemorySeqHighWater>> = std::sync::OnceLock::new();
+    MARKS.get_or_init(Arc::default).clone()
+}
+
+/// Opens a store in a fresh namespace (deleted by `cleanup`), or fails the test naming Redis and
+/// how to start it.
 async fn open_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
     let url = redis_url();
     let config = RedisConfig { url: url.clone(), namespace: unique_namespace() };
     cleanup.register(&config.namespace);
-    let store = match RedisMessageStore::open(&config, policy, clock).await {
-        Ok(store) => store,
+    match RedisMessageStore::open(&config, policy, clock).await {
+        Ok(store) => store.with_seq_leases(SeqLeases::new(marks())),
         Err(e) => panic!("{}", unreachable(&url, &e)),
-    };
-    // A fresh namespace is unseeded: seeding it with no evidence is what a new deployment does.
-    store.reseed(&[]).await.unwrap_or_else(|e| panic!("seeding test namespace {}: {e}", config.namespace));
-    store
+    }
 }
 
-/// Opens a second, seeded store on `namespace` (another writer process: nothing in flight).
+/// Opens a second store on `namespace` (another writer process: nothing in flight).
 async fn open_in(namespace: String, policy: RetentionPolicy, clock: Arc<ManualClock>) -> RedisMessageStore {
     let config = RedisConfig { url: redis_url(), namespace };
-    RedisMessageStore::open(&config, policy, clock).await.unwrap_or_else(|e| panic!("{}", unreachable(&config.url, &e)))
+    let store = RedisMessageStore::open(&config, policy, clock)
+        .await
+        .unwrap_or_else(|e| panic!("{}", unreachable(&config.url, &e)));
+    store.with_seq_leases(SeqLeases::new(marks()))
 }
 
 /// The namespace of a store opened here (its keys start with it).

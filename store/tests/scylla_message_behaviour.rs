@@ -311,3 +311,110 @@ async fn a_seq_that_would_set_bit_63_is_refused_and_nothing_is_reserved() {
     assert_kind(store.reserve(&req, fresh_message_id()).await, ErrorKind::InvariantViolation, "seq 2^63");
     assert_eq!(store.load_commit(&req.key).await.unwrap(), None, "no commit was written");
 }
+
+/// A record `n` of a conversation, as the writer would have published it.
+fn archived_record(
+    t: qim_store::ids::TenantId,
+    c: qim_store::ids::ConversationId,
+    n: u64,
+    body: &str,
+    created_at: qim_store::ids::UnixMillis,
+) -> qim_store::message::MessageRecord {
+    let req = request(t, user(1), &format!("m{n}"), c, body.as_bytes());
+    let intent = qim_store::message::CommitIntent {
+        request: req,
+        seq: ConversationSeq(n),
+        message_id: fresh_message_id(),
+        created_at,
+        publication: None,
+    };
+    intent.record(policy().expires_at(RetentionClass::Default, created_at))
+}
+
+fn at(records: &[qim_store::message::MessageRecord], offset: i64) -> Vec<qim_store::message::PublishedRecord> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| qim_store::message::PublishedRecord {
+            record: r.clone(),
+            publication: qim_store::message::Publication { partition: 3, offset: offset + i as i64 },
+        })
+        .collect()
+}
+
+async fn newest_first(
+    store: &ScyllaMessageStore,
+    t: qim_store::ids::TenantId,
+    c: qim_store::ids::ConversationId,
+) -> Vec<qim_store::message::MessageRecord> {
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, c, user(9));
+    let q = HistoryQuery {
+        tenant: t,
+        conversation: c,
+        viewer: user(9),
+        direction: Direction::Older,
+        anchor: None,
+        max_items: 100,
+        max_bytes: usize::MAX,
+    };
+    store.history_page(&q, &auth).await.unwrap().records
+}
+
+/// DESIGN invariant 8: an archived record is never overwritten by a different one at the same
+/// coordinates (a reissued seq, whatever its cause): the batch writes everything else and names
+/// the refused record; the original stays readable. The same record again is a rewrite, and of
+/// two different records for one seq within a batch the first is kept.
+#[tokio::test]
+async fn the_archive_refuses_a_different_record_at_archived_coordinates() {
+    let h = Scylla::default();
+    drop(h.open(policy(), clock()).await);
+    let store_typed = h.store();
+    let (t, c) = (fresh_tenant(), fresh_conversation());
+    let originals: Vec<_> = (1..=3).map(|n| archived_record(t, c, n, &format!("original {n}"), T0)).collect();
+    let report = store_typed.archive_records(&at(&originals, 10), 8).await.unwrap();
+    assert_eq!((report.written, report.conflicts.len()), (3, 0));
+
+    let impostor = archived_record(t, c, 2, "a different message at seq 2", T0.plus_millis(1));
+    let next = archived_record(t, c, 4, "seq 4", T0);
+    let batch = at(&[originals[0].clone(), impostor, next.clone()], 20);
+    let report = store_typed.archive_records(&batch, 8).await.unwrap();
+    assert_eq!(report.written, 2, "the repeat of seq 1 and the new seq 4: {report:?}");
+    assert_eq!(report.conflicts.len(), 1, "{report:?}");
+    assert_eq!(report.conflicts[0].index, 1);
+    assert!(report.conflicts[0].detail.contains("seq 2"), "{}", report.conflicts[0].detail);
+
+    let twins = at(&[archived_record(t, c, 5, "first", T0), archived_record(t, c, 5, "second", T0)], 30);
+    let report = store_typed.archive_records(&twins, 8).await.unwrap();
+    assert_eq!((report.written, report.conflicts.iter().map(|c| c.index).collect::<Vec<_>>()), (1, vec![1]));
+
+    let stored = newest_first(&store_typed, t, c).await;
+    let bodies: Vec<String> = stored.iter().map(|r| String::from_utf8_lossy(&r.payload).into_owned()).collect();
+    assert_eq!(bodies, ["first", "seq 4", "original 3", "original 2", "original 1"]);
+}
+
+/// `recent_published` answers the newest records down to the first one created before `since`
+/// (less the clock-skew margin), each with the publication the archiver stored.
+#[tokio::test]
+async fn recent_publications_are_a_suffix_of_the_archive_with_their_offsets() {
+    let h = Scylla::default();
+    drop(h.open(policy(), clock()).await);
+    let store = h.store();
+    let (t, c) = (fresh_tenant(), fresh_conversation());
+    let hour = 60 * 60 * 1000;
+    // Seqs 1..=6 an hour apart, seq 1 the oldest; the bucket boundary is crossed at 1024.
+    let mut records: Vec<_> = (1..=6).map(|n| archived_record(t, c, n, "x", T0.plus_millis(n as i64 * hour))).collect();
+    records.push(archived_record(t, c, 1030, "in the next bucket", T0.plus_millis(7 * hour)));
+    store.archive_records(&at(&records, 100), 8).await.unwrap();
+    let since = T0.plus_millis(4 * hour);
+    let recent = store.recent_published(t, c, since, 100).await.unwrap();
+    let seqs: Vec<u64> = recent.iter().map(|p| p.record.seq.0).collect();
+    assert_eq!(seqs, vec![1030, 6, 5, 4], "newest first, down to the first record before `since`");
+    assert_eq!(recent[0].publication, qim_store::message::Publication { partition: 3, offset: 106 });
+    assert_eq!(recent[3].publication, qim_store::message::Publication { partition: 3, offset: 103 });
+    assert_eq!(recent[1].record, records[5], "records come back as archived");
+    let capped = store.recent_published(t, c, since, 2).await.unwrap();
+    assert_eq!(capped.len(), 2);
+    let none = store.recent_published(t, fresh_conversation(), since, 100).await.unwrap();
+    assert!(none.is_empty());
+}

@@ -27,6 +27,12 @@ mod contract {
     qim_store::message_store_contract_suite!(Scylla::default());
 }
 
+/// The durable seq high-water mark (`seq_high_water`), which the Redis hot tier leases from.
+mod high_water {
+    use super::*;
+    qim_store::seq_high_water_contract_suite!(Scylla::default());
+}
+
 /// A configuration like the suite's, for a keyspace of its own.
 fn fresh_config(tag: &str) -> ScyllaConfig {
     let mut c = config().clone();

@@ -9,18 +9,22 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use qim_store::clock::ManualClock;
-use qim_store::ids::{ConversationId, ConversationSeq, TenantId, MILLIS_PER_DAY};
-use qim_store::message::{CommitRequest, Direction, HistoryPage, HistoryQuery, MessageRecord, ReadPosition};
-use qim_store::redis::{RedisConfig, RedisMessageStore};
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
+use qim_store::message::{
+    CommitRequest, Direction, HistoryPage, HistoryQuery, MessageRecord, PublishedRecord, ReadPosition,
+};
+use qim_store::redis::{
+    RecentRecords, RedisConfig, RedisMembershipCache, RedisMessageStore, SeqLeases, DEFAULT_LEASE_BLOCK,
+};
 use qim_store::retention::{RetentionClass, RetentionPolicy};
-use qim_store::scylla::ScyllaMessageStore;
+use qim_store::scylla::{ScyllaMembershipStore, ScyllaMessageStore};
 use qim_store::testsuite::fixtures::{
-    clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer, T0,
+    clock, fresh_conversation, fresh_message_id, fresh_tenant, published, request, user, MembershipAuthorizer, T0,
 };
 use qim_store::testsuite::message::commit_fully;
-use qim_store::testsuite::MessageHarness;
-use qim_store::tiered::TieredMessageStore;
-use qim_store::MessageStore;
+use qim_store::testsuite::{MembershipHarness, MessageHarness};
+use qim_store::tiered::{TieredMembershipStore, TieredMessageStore};
+use qim_store::{all_members, MembershipStore, MessageStore, SeqHighWater};
 
 mod scylla_support;
 #[path = "support/shared_redis.rs"]
@@ -33,11 +37,12 @@ const MINUTE: i64 = 60_000;
 async fn hot_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
     let config = RedisConfig { url: redis_url(), namespace: unique_namespace() };
     cleanup.register(&config.namespace);
-    let store = RedisMessageStore::open(&config, policy, clock)
+    let store = RedisMessageStore::open(&config, policy, clock.clone())
         .await
         .unwrap_or_else(|e| panic!("{}", unreachable(&config.url, &e)));
-    store.reseed(&[]).await.expect("seeding a fresh namespace");
-    store
+    // Seqs leased from the archive keyspace's high-water marks, as in the writer.
+    let marks = Arc::new(archive_store(policy, clock.clone()).await);
+    store.with_seq_leases(qim_store::redis::SeqLeases::new(marks))
 }
 
 async fn archive_store(policy: RetentionPolicy, clock: Arc<ManualClock>) -> ScyllaMessageStore {
@@ -145,7 +150,7 @@ async fn pages_cross_the_hot_archive_boundary_seamlessly() {
         let commit = commit_fully(&hot, &req).await;
         records.push(commit.intent.record(policy.expires_at(class, commit.intent.created_at)));
     }
-    archive.archive_records(&records[..29], 16).await.unwrap(); // seqs 1..=30 without the hole
+    archive.archive_records(&published(&records[..29]), 16).await.unwrap(); // seqs 1..=30 without the hole
     hot.record_archived_watermark(t, c, ConversationSeq(30)).await.unwrap();
     clock.set(T0.plus_millis(7 * MILLIS_PER_DAY + 25 * MINUTE + 30_000));
     let report = hot.trim_hot_history(1000).await.unwrap();
@@ -215,7 +220,7 @@ async fn either_tier_alone_serves_the_whole_history() {
         let commit = commit_fully(&hot, &sized_request(t, n, old, RetentionClass::Default)).await;
         archived.push(commit.intent.record(policy.expires_at(RetentionClass::Default, commit.intent.created_at)));
     }
-    archive.archive_records(&archived, 4).await.unwrap();
+    archive.archive_records(&published(&archived), 4).await.unwrap();
     hot.record_archived_watermark(t, old, ConversationSeq(6)).await.unwrap();
     clock.set(T0.plus_millis(8 * MILLIS_PER_DAY));
     assert_eq!(hot.trim_hot_history(100).await.unwrap().trimmed, 6);
@@ -238,4 +243,204 @@ async fn either_tier_alone_serves_the_whole_history() {
         let page = tiered.history_page(&q, &auth).await.unwrap();
         assert_eq!((seqs(&page), page.has_more, page.earliest_available), (want, false, Some(ConversationSeq(1))));
     }
+}
+
+/// The archive as the source of a conversation's recent records (the writer adds the topic's
+/// unarchived tail).
+struct ArchiveRecent(ScyllaMessageStore);
+
+#[async_trait]
+impl RecentRecords for ArchiveRecent {
+    async fn recent_records(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        since: UnixMillis,
+    ) -> qim_store::StoreResult<Vec<PublishedRecord>> {
+        self.0.recent_published(tenant, conversation, since, 10_000).await
+    }
+}
+
+/// A hot tier that leases from `archive`'s marks and restores from it, in a namespace of its
+/// own (returned, for wiping).
+async fn rebuilding_hot_store(
+    policy: RetentionPolicy,
+    clock: Arc<ManualClock>,
+    cleanup: &Cleanup,
+    archive: &ScyllaMessageStore,
+) -> (RedisMessageStore, String) {
+    let config = RedisConfig { url: redis_url(), namespace: unique_namespace() };
+    cleanup.register(&config.namespace);
+    let store = RedisMessageStore::open(&config, policy, clock)
+        .await
+        .unwrap_or_else(|e| panic!("{}", unreachable(&config.url, &e)));
+    let leases =
+        SeqLeases::new(Arc::new(archive.clone())).with_recent_records(Arc::new(ArchiveRecent(archive.clone())));
+    (store.with_trim_window(7).with_seq_leases(leases), config.namespace)
+}
+
+fn newest_first(viewer: qim_store::ids::UserId, t: TenantId, c: ConversationId) -> HistoryQuery {
+    HistoryQuery {
+        tenant: t,
+        conversation: c,
+        viewer,
+        direction: Direction::Older,
+        anchor: None,
+        max_items: 100,
+        max_bytes: usize::MAX,
+    }
+}
+
+/// The scenario at the store level (DESIGN invariants 1, 2, 7): five messages
+/// committed and archived, then Redis loses every key (the topic's records may be long gone:
+/// nothing here reads it). History stays whole from the archive meanwhile; the conversation's
+/// next send revalidates its lease: the recent records and commits come back (a retry of an
+/// acknowledged send gets its first answer, without using up a seq), and the next seq is above
+/// the durable mark, never 1.
+#[tokio::test]
+async fn after_redis_lost_everything_a_conversation_comes_back_from_the_archive() {
+    let policy = RetentionPolicy::with_default_days(30).unwrap();
+    let clock = clock();
+    let cleanup = Cleanup::default();
+    let archive = archive_store(policy, clock.clone()).await;
+    let (hot, namespace) = rebuilding_hot_store(policy, clock.clone(), &cleanup, &archive).await;
+    let tiered =
+        TieredMessageStore::from_parts(Arc::new(hot.clone()), Arc::new(archive.clone()), 7, clock.clone()).unwrap();
+    let (t, c) = (fresh_tenant(), fresh_conversation());
+    let mut acknowledged = Vec::new();
+    let mut records = Vec::new();
+    for n in 1..=5u64 {
+        clock.set(T0.plus_millis(n as i64 * MINUTE));
+        let req = sized_request(t, n, c, RetentionClass::Default);
+        let commit = commit_fully(&tiered, &req).await;
+        records.push(commit.intent.record(policy.expires_at(RetentionClass::Default, commit.intent.created_at)));
+        acknowledged.push((req, commit));
+    }
+    archive.archive_records(&published(&records), 8).await.unwrap();
+    assert!(shared_redis::wipe(&namespace) > 10, "the hot tier held the conversation");
+
+    let auth = MembershipAuthorizer::default();
+    auth.admit(t, c, user(9));
+    let page = tiered.history_page(&newest_first(user(9), t, c), &auth).await.unwrap();
+    assert_eq!(seqs(&page), vec![5, 4, 3, 2, 1], "read from the archive while the hot tier is not trusted");
+
+    let (retried, first) = &acknowledged[2];
+    let retry = tiered.reserve(retried, fresh_message_id()).await.unwrap();
+    assert_eq!(&retry, first, "the retry of an acknowledged send gets its first answer");
+    let next = commit_fully(&tiered, &sized_request(t, 6, c, RetentionClass::Default)).await;
+    assert_eq!(next.intent.seq, ConversationSeq(DEFAULT_LEASE_BLOCK + 1), "above the durable mark, never 1");
+    let (again, first) = &acknowledged[3];
+    assert_eq!(&tiered.reserve(again, fresh_message_id()).await.unwrap(), first);
+    let after = commit_fully(&tiered, &sized_request(t, 7, c, RetentionClass::Default)).await;
+    assert_eq!(after.intent.seq.0, next.intent.seq.0 + 1, "the restored claims answered the retries: no hole");
+
+    assert!(hot.hot_tier_trusted(t, c).await.unwrap());
+    let hot_only = hot.history_page(&newest_first(user(9), t, c), &auth).await.unwrap();
+    let want = vec![after.intent.seq.0, next.intent.seq.0, 5, 4, 3, 2, 1];
+    assert_eq!(seqs(&hot_only), want, "the hot tier holds the restored records");
+    assert_eq!(&hot_only.records[2..], records.iter().rev().cloned().collect::<Vec<_>>().as_slice());
+}
+
+/// Records whose archive rows expired leave no trace but the durable mark, which has no TTL:
+/// after Redis loses everything the next send still starts above every seq ever issued.
+#[tokio::test]
+async fn a_conversation_whose_archived_records_all_expired_still_never_reissues() {
+    let policy = RetentionPolicy::with_default_days(1).unwrap();
+    let cleanup = Cleanup::default();
+    // Sent two days ago (by the store's clock), archived now: the rows get a 1 s TTL.
+    let sent = Arc::new(ManualClock::new(UnixMillis(UnixMillis::now().0 - 2 * MILLIS_PER_DAY)));
+    let archive = archive_store(policy, Arc::new(ManualClock::new(UnixMillis::now()))).await;
+    let (hot, namespace) = rebuilding_hot_store(policy, sent.clone(), &cleanup, &archive).await;
+    let (t, c) = (fresh_tenant(), fresh_conversation());
+    let mut records = Vec::new();
+    for n in 1..=5u64 {
+        let commit = commit_fully(&hot, &sized_request(t, n, c, RetentionClass::Default)).await;
+        records.push(commit.intent.record(policy.expires_at(RetentionClass::Default, commit.intent.created_at)));
+    }
+    archive.archive_records(&published(&records), 8).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
+    let rows = format!(
+        "SELECT conversation_seq FROM {}.history_index WHERE tenant_id = ? AND conversation_id = ?",
+        archive.config().keyspace
+    );
+    let left = archive.session().query_unpaged(rows, (t.0.to_vec(), c.0.to_vec())).await.unwrap();
+    assert_eq!(left.into_rows_result().unwrap().rows_num(), 0, "every archived row expired");
+    shared_redis::wipe(&namespace);
+    sent.set(UnixMillis::now());
+    let next = commit_fully(&hot, &sized_request(t, 6, c, RetentionClass::Default)).await;
+    assert!(next.intent.seq.0 > 5, "seq {} was issued before", next.intent.seq.0);
+    assert_eq!(archive.high_water(t, c).await.unwrap(), ConversationSeq(2 * DEFAULT_LEASE_BLOCK));
+}
+
+/// Tiered membership stores sharing one durable table and one cache namespace.
+struct TieredMembers {
+    namespace: String,
+    cleanup: Cleanup,
+}
+
+impl Default for TieredMembers {
+    fn default() -> Self {
+        let cleanup = Cleanup::default();
+        let namespace = unique_namespace();
+        cleanup.register(&namespace);
+        Self { namespace, cleanup }
+    }
+}
+
+impl TieredMembers {
+    async fn store(&self) -> TieredMembershipStore {
+        let _ = &self.cleanup;
+        let config = scylla_support::config();
+        let session = scylla_support::connect(config).await;
+        scylla_support::migrated(&session).await;
+        let durable = ScyllaMembershipStore::with_session(session, config).await.expect("membership statements");
+        let redis = RedisConfig { url: redis_url(), namespace: self.namespace.clone() };
+        let cache =
+            RedisMembershipCache::open(&redis).await.unwrap_or_else(|e| panic!("{}", unreachable(&redis.url, &e)));
+        TieredMembershipStore::new(durable, cache)
+    }
+}
+
+#[async_trait]
+impl MembershipHarness for TieredMembers {
+    async fn open(&self) -> Arc<dyn MembershipStore> {
+        Arc::new(self.store().await)
+    }
+}
+
+mod membership {
+    use super::*;
+    qim_store::membership_store_contract_suite!(TieredMembers::default());
+}
+
+/// DESIGN invariant 9: membership is durable outside Redis. After Redis loses every key the
+/// members are still members (read from the durable table and cached again); a change made while
+/// cached reaches the cache; and a cache filled before a change is never trusted after it.
+#[tokio::test]
+async fn members_survive_a_redis_loss_and_the_cache_follows_changes() {
+    let h = TieredMembers::default();
+    let store = h.store().await;
+    let (t, c) = (fresh_tenant(), fresh_conversation());
+    store.add_members(t, c, &[user(1), user(2), user(3)]).await.unwrap();
+    assert!(store.is_member(t, c, user(2)).await.unwrap(), "fills the cache");
+    store.remove_members(t, c, &[user(2)]).await.unwrap();
+    assert!(!store.is_member(t, c, user(2)).await.unwrap(), "the cached set took the removal");
+    assert!(shared_redis::wipe(&h.namespace) > 0, "the cache was in Redis");
+    assert!(store.is_member(t, c, user(1)).await.unwrap(), "a member after the wipe");
+    assert!(!store.is_member(t, c, user(2)).await.unwrap(), "and a removed one stays removed");
+    assert_eq!(all_members(&store, t, c).await.unwrap(), vec![user(1), user(3)]);
+
+    // A reader that saw the cache missing, then read the durable table, and only then tried to
+    // fill it, after a change: its fill is refused and the change stands.
+    shared_redis::wipe(&h.namespace);
+    let redis = RedisConfig { url: redis_url(), namespace: h.namespace.clone() };
+    let cache = RedisMembershipCache::open(&redis).await.unwrap();
+    let qim_store::redis::membership_cache::Cached::Miss { generation } = cache.is_member(t, c, user(1)).await.unwrap()
+    else {
+        panic!("the cache was wiped")
+    };
+    let stale = all_members(&store, t, c).await.unwrap();
+    store.add_members(t, c, &[user(4)]).await.unwrap();
+    assert!(!cache.fill(t, c, &generation, &stale).await.unwrap(), "a fill older than a change is refused");
+    assert!(store.is_member(t, c, user(4)).await.unwrap());
 }

@@ -5,14 +5,16 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use qim_store::clock::{Clock, SystemClock};
-use qim_store::redis::{RedisMembershipStore, RedisMessageStore};
+use qim_store::redis::{RedisMembershipCache, RedisMessageStore, SeqLeases};
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::{ScyllaConfig, ScyllaMembershipStore, ScyllaMessageStore};
 use qim_store::service::http::ReadinessCheck;
-use qim_store::tiered::TieredMessageStore;
+use qim_store::tiered::{TieredMembershipStore, TieredMessageStore};
 use qim_store::{MembershipStore, MessageStore};
 
-use crate::config::Backend;
+use crate::config::{Backend, WriterConfig};
+use crate::recent::ArchiveAndTail;
+use crate::tail::TailScanner;
 
 /// The opened stores of one writer.
 pub struct Stores {
@@ -20,40 +22,46 @@ pub struct Stores {
     pub messages: Arc<dyn MessageStore>,
     /// Conversation membership.
     pub members: Arc<dyn MembershipStore>,
-    /// The Redis store itself when the backend is Redis (re-seeding needs it).
-    pub redis: Option<RedisMessageStore>,
     /// Whether the backend can serve now.
     pub ready: ReadinessCheck,
 }
 
-/// Connects to `backend` and checks it is ready (schema present for Scylla). With Redis, history
-/// reads go through [`TieredMessageStore`] (hot tier, then the archive), whose Redis store owns
-/// the `hot_window_days` trim window.
-pub async fn open(backend: &Backend, policy: RetentionPolicy, hot_window_days: u32) -> anyhow::Result<Stores> {
-    match backend {
-        Backend::Redis { redis: config, archive } => {
+/// Connects to the configured backend and checks it is ready (schema present for Scylla). With
+/// Redis, history reads go through [`TieredMessageStore`] (hot tier, then the archive), whose
+/// Redis store owns the hot-window trim and leases its seqs from the archive's durable
+/// high-water marks, restoring a conversation's recent records from the archive and the
+/// topic's unarchived tail when Redis lost them (DESIGN invariant 7); membership lives in the
+/// archive keyspace, cached in Redis ([`TieredMembershipStore`], invariant 9).
+pub async fn open(config: &WriterConfig) -> anyhow::Result<Stores> {
+    let policy = config.policy;
+    match &config.backend {
+        Backend::Redis { redis, archive: archive_config } => {
             let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-            let hot = RedisMessageStore::open(config, policy, clock.clone())
+            let archive = open_scylla(archive_config, policy, clock.clone()).await?;
+            let tail =
+                Arc::new(TailScanner::new(&config.kafka_brokers, &config.messages_topic, &config.archiver_group));
+            let leases = SeqLeases::new(Arc::new(archive.clone()))
+                .with_block(config.seq_lease_block)
+                .with_recent_records(Arc::new(ArchiveAndTail::new(archive.clone(), tail)));
+            let hot = RedisMessageStore::open(redis, policy, clock.clone())
                 .await
-                .with_context(|| format!("opening the redis store at {}", config.url))?;
-            let archive = open_scylla(archive, policy, clock.clone()).await?;
-            let tiered = TieredMessageStore::new(hot.clone(), archive.clone(), hot_window_days, clock)
+                .with_context(|| format!("opening the redis store at {}", redis.url))?
+                .with_seq_leases(leases);
+            let tiered = TieredMessageStore::new(hot.clone(), archive.clone(), config.hot_window_days, clock)
                 .context("combining the hot tier and the archive")?;
-            let (probe, archive_probe) = (hot.clone(), archive);
+            let (probe, archive_probe) = (hot, archive);
             let ready: ReadinessCheck = Arc::new(move || {
                 let (probe, archive_probe) = (probe.clone(), archive_probe.clone());
                 Box::pin(async move {
-                    match probe.missing_seed_markers().await {
-                        Ok(0) => {}
-                        Ok(n) => return Err(format!("{n} redis slots are not seeded (re-seed pending)")),
-                        Err(e) => return Err(e.to_string()),
-                    }
+                    probe.ping().await.map_err(|e| e.to_string())?;
                     scylla_ready(&archive_probe).await
                 })
             });
-            let members: Arc<dyn MembershipStore> =
-                Arc::new(RedisMembershipStore::open(config).await.context("opening the redis membership store")?);
-            Ok(Stores { messages: Arc::new(tiered), members, redis: Some(hot), ready })
+            let members: Arc<dyn MembershipStore> = Arc::new(TieredMembershipStore::new(
+                ScyllaMembershipStore::connect(archive_config).await.context("opening the scylla membership store")?,
+                RedisMembershipCache::open(redis).await.context("opening the redis member cache")?,
+            ));
+            Ok(Stores { messages: Arc::new(tiered), members, ready })
         }
         Backend::Scylla(config) => {
             let store = open_scylla(config, policy, Arc::new(SystemClock)).await?;
@@ -64,7 +72,7 @@ pub async fn open(backend: &Backend, policy: RetentionPolicy, hot_window_days: u
             });
             let members: Arc<dyn MembershipStore> =
                 Arc::new(ScyllaMembershipStore::connect(config).await.context("opening the scylla membership store")?);
-            Ok(Stores { messages: Arc::new(store), members, redis: None, ready })
+            Ok(Stores { messages: Arc::new(store), members, ready })
         }
     }
 }

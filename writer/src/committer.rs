@@ -24,7 +24,6 @@ use tokio::sync::Semaphore;
 
 use crate::metrics::{COMMITS, COMMIT_STAGE_SECONDS, IN_FLIGHT, KAFKA_DELIVERY_ERRORS};
 use crate::publisher::{Publish, PublishError};
-use crate::reseed::Reseeder;
 
 /// How often one commit re-reads a state another driver holds before giving up.
 const MAX_STALLS: u32 = 100;
@@ -80,21 +79,18 @@ pub struct DurableMessageCommitter {
     publisher: Arc<dyn Publish>,
     policy: RetentionPolicy,
     permits: Semaphore,
-    reseeder: Option<Arc<Reseeder>>,
 }
 
 impl DurableMessageCommitter {
     /// A committer over `store`, publishing through `publisher`. `policy` must be the store's
-    /// (the published record carries the same expiry as the stored one). `reseeder`, when
-    /// given, is asked to re-seed seq counters when the store refuses to issue seqs.
+    /// (the published record carries the same expiry as the stored one).
     pub fn new(
         store: Arc<dyn MessageStore>,
         publisher: Arc<dyn Publish>,
         policy: RetentionPolicy,
         max_in_flight: usize,
-        reseeder: Option<Arc<Reseeder>>,
     ) -> Self {
-        Self { store, publisher, policy, permits: Semaphore::new(max_in_flight.max(1)), reseeder }
+        Self { store, publisher, policy, permits: Semaphore::new(max_in_flight.max(1)) }
     }
 
     /// Commits `request`: the answer is the COMMITTED commit (the same one for every identical
@@ -129,16 +125,7 @@ impl DurableMessageCommitter {
     async fn reserve(&self, request: &CommitRequest) -> Result<Commit, CommitError> {
         let timer = Instant::now();
         let proposed = MessageId(*uuid::Uuid::new_v4().as_bytes());
-        let first = self.store.reserve(request, proposed).await;
-        let reserved = match (first, &self.reseeder) {
-            // The hot tier refuses seqs after it lost state: re-seed once, then try again.
-            (Err(StoreError::InvariantViolation(why)), Some(reseeder)) => {
-                tracing::warn!(reason = %why, "seq allocation refused, re-seeding before retrying");
-                reseeder.ensure_seeded().await?;
-                self.store.reserve(request, proposed).await?
-            }
-            (result, _) => result?,
-        };
+        let reserved = self.store.reserve(request, proposed).await?;
         histogram!(COMMIT_STAGE_SECONDS, "stage" => "reserve").record(timer.elapsed());
         Ok(reserved)
     }

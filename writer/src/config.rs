@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_store::env::{EnvVar, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_store::env::{EnvVar, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
@@ -36,10 +36,15 @@ pub const WRITER_ENV: &[EnvVar] = &[
         default: Some("5"),
         doc: "How often the writer's recovery loop scans for unfinished commits (1..=3600).",
     },
+    EnvVar {
+        name: "QIM_SEQ_LEASE_BLOCK",
+        default: Some("64"),
+        doc: "Seqs one durable lease covers (2..=1000000): after a Redis loss a conversation skips at most this many; one durable write per this many sends.",
+    },
 ];
 
 /// Every variable the writer reads, as documented in the README.
-pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV, WRITER_ENV];
+pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, WRITER_ENV];
 
 /// Where the writer keeps commit state and history.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,6 +80,10 @@ pub struct WriterConfig {
     pub kafka_brokers: String,
     /// The committed-message topic.
     pub messages_topic: String,
+    /// The archiver's consumer group: its committed offsets end the archived part of the topic.
+    pub archiver_group: String,
+    /// Seqs per durable lease (Redis backend).
+    pub seq_lease_block: u64,
     /// History retention.
     pub policy: RetentionPolicy,
     /// Days the hot tier keeps archived history.
@@ -124,6 +133,11 @@ impl WriterConfig {
             backend,
             kafka_brokers: s.required("QIM_KAFKA_BROKERS")?.to_owned(),
             messages_topic: s.required("QIM_MESSAGES_TOPIC")?.to_owned(),
+            archiver_group: s.required("QIM_ARCHIVER_GROUP")?.to_owned(),
+            seq_lease_block: match s.parse::<u64>("QIM_SEQ_LEASE_BLOCK")? {
+                n @ 2..=1_000_000 => n,
+                n => return Err(format!("QIM_SEQ_LEASE_BLOCK={n} must be in 2..=1000000")),
+            },
             policy,
             hot_window_days: s.parse("QIM_HOT_WINDOW_DAYS")?,
             http_addr: s.parse("QIM_WRITER_HTTP_ADDR")?,

@@ -3,7 +3,9 @@
 //! - [`config`]: the documented environment and its typed form;
 //! - [`committer`]: the durable state machine driver;
 //! - [`publisher`]: the idempotent Kafka producer;
-//! - [`recovery`], [`expiry`], [`reseed`]: the background duties;
+//! - [`recovery`], [`expiry`]: the background duties;
+//! - [`recent`], [`tail`]: where a conversation's recent records come back from after Redis
+//!   lost state;
 //! - [`api`]: the HTTP API; [`serve`]: startup, run and shutdown.
 
 pub mod api;
@@ -13,6 +15,7 @@ pub mod config;
 pub mod expiry;
 pub mod metrics;
 pub mod publisher;
+pub mod recent;
 pub mod recovery;
-pub mod reseed;
 pub mod serve;
+pub mod tail;

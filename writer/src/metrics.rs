@@ -17,16 +17,13 @@ pub const EXPIRY_DRAINED: &str = "qim_writer_expiry_drained_total";
 pub const AUX_COLLECTED: &str = "qim_writer_commit_aux_collected_total";
 /// Counter: Kafka deliveries that failed or timed out.
 pub const KAFKA_DELIVERY_ERRORS: &str = "qim_writer_kafka_delivery_errors_total";
-/// Counter: re-seeds of the seq counters after Redis lost state.
-pub const RESEEDS: &str = "qim_writer_reseeds_total";
-/// Counter: history records written back into the hot tier from the topic by a re-seed.
-pub const HOT_TIER_RESTORED: &str = "qim_writer_hot_tier_restored_total";
 /// Counter, labels `route` and `status`: HTTP requests answered.
 pub const HTTP_REQUESTS: &str = "qim_writer_http_requests_total";
 
-/// Describes every metric once at startup, so `/metrics` documents them.
+/// Describes every metric once at startup (the store's too), so `/metrics` documents them.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    qim_store::metrics::describe();
     describe_counter!(COMMITS, "Send requests by outcome.");
     describe_histogram!(COMMIT_STAGE_SECONDS, Unit::Seconds, "Commit latency by state-machine stage.");
     describe_gauge!(IN_FLIGHT, "Commits in flight.");
@@ -34,7 +31,5 @@ pub fn describe() {
     describe_counter!(EXPIRY_DRAINED, "Expired history records removed from the hot tier.");
     describe_counter!(AUX_COLLECTED, "Auxiliary facts of committed commits collected.");
     describe_counter!(KAFKA_DELIVERY_ERRORS, "Kafka deliveries that failed or timed out.");
-    describe_counter!(RESEEDS, "Seq counter re-seeds after Redis lost state.");
-    describe_counter!(HOT_TIER_RESTORED, "History records written back into the hot tier from the topic by a re-seed.");
     describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status.");
 }

@@ -1,4 +1,4 @@
-//! `qim-writer serve`: startup in order (connect/prepare → readiness → Kafka → re-seed), the
+//! `qim-writer serve`: startup in order (connect/prepare → readiness → Kafka), the
 //! background loops, the HTTP API, and graceful shutdown.
 //!
 //! Shutdown (SIGTERM/SIGINT or the token): the listener stops accepting, in-flight requests
@@ -21,7 +21,6 @@ use crate::backend;
 use crate::committer::DurableMessageCommitter;
 use crate::config::WriterConfig;
 use crate::publisher::KafkaPublisher;
-use crate::reseed::Reseeder;
 use crate::{expiry, recovery};
 
 /// Longest wait for the topic's metadata at startup and in `/readyz`.
@@ -48,7 +47,7 @@ impl RunningWriter {
 pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow::Result<RunningWriter> {
     let metrics = telemetry::install_metrics();
     crate::metrics::describe();
-    let stores = backend::open(&config.backend, config.policy, config.hot_window_days).await?;
+    let stores = backend::open(&config).await?;
     let publisher = Arc::new(
         KafkaPublisher::new(&config.kafka_brokers, &config.messages_topic).context("creating the kafka producer")?,
     );
@@ -57,20 +56,11 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
         .await
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("checking kafka at {}", config.kafka_brokers))?;
-    let reseeder = stores
-        .redis
-        .clone()
-        .map(|s| Reseeder::new(s, &config.kafka_brokers, &config.messages_topic, config.hot_window_days));
-    if let Some(reseeder) = &reseeder {
-        let named = reseeder.ensure_seeded().await.context("re-seeding seq counters from kafka")?;
-        tracing::info!(conversations = named, "seq counters seeded");
-    }
     let committer = Arc::new(DurableMessageCommitter::new(
         stores.messages.clone(),
         publisher.clone(),
         config.policy,
         config.max_in_flight,
-        reseeder,
     ));
     let state = ApiState {
         committer: committer.clone(),

@@ -127,7 +127,10 @@ impl Fixture {
         create_topics(&[(&kafka.messages_topic, 4), (&kafka.dispatch_topic, i32::from(SHARDS)), (&kafka.dlq_topic, 1)])
             .await;
         let backend = match kind {
-            Kind::Redis => Backend::Redis(RedisConfig { url: redis_url(), namespace: name.clone() }),
+            Kind::Redis => Backend::Redis {
+                redis: RedisConfig { url: redis_url(), namespace: name.clone() },
+                members: scylla_keyspace().await,
+            },
             Kind::Scylla => Backend::Scylla(scylla_keyspace().await),
         };
         let config = DispatcherConfig {
@@ -193,10 +196,15 @@ impl Fixture {
             ("QIM_LOG", "warn".to_owned()),
         ];
         match &self.config.backend {
-            Backend::Redis(r) => env.extend([
+            Backend::Redis { redis: r, members: s } => env.extend([
                 ("QIM_STORE_BACKEND", "redis".to_owned()),
                 ("QIM_REDIS_URL", r.url.clone()),
                 ("QIM_REDIS_NAMESPACE", r.namespace.clone()),
+                ("QIM_SCYLLA_HOSTS", s.hosts.join(",")),
+                ("QIM_SCYLLA_KEYSPACE", s.keyspace.clone()),
+                ("QIM_SCYLLA_DC", s.local_dc.clone()),
+                ("QIM_SCYLLA_RF", s.replication_factor.to_string()),
+                ("QIM_SCYLLA_DEV_SINGLE_NODE", "true".to_owned()),
             ]),
             Backend::Scylla(s) => env.extend([
                 ("QIM_STORE_BACKEND", "scylla".to_owned()),
@@ -297,7 +305,7 @@ async fn remove(config: DispatcherConfig) {
         let _ = tokio::time::timeout(Duration::from_secs(10), admin.delete_topics(&topics, &AdminOptions::new())).await;
     }
     match &config.backend {
-        Backend::Redis(r) => {
+        Backend::Redis { redis: r, .. } => {
             let Ok(client) = redis::Client::open(r.url.as_str()) else { return };
             let Ok(mut con) = client.get_multiplexed_async_connection().await else { return };
             let pattern = format!("{}:*", r.namespace);

@@ -5,10 +5,12 @@
 //! decided by byte equality here too, and sabotage (for the contract suites' corruption tests)
 //! works on bytes.
 
+mod high_water;
 mod mailbox;
 mod membership;
 mod message;
 
+pub use high_water::MemorySeqHighWater;
 pub use mailbox::MemoryMailboxStore;
 pub use membership::MemoryMembershipStore;
 pub use message::MemoryMessageStore;

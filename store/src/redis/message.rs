@@ -7,13 +7,16 @@
 //!
 //! | key | type | holds |
 //! |-----|------|-------|
-//! | `<ns>:{c:<tenant><conversation>}:seq` | string | highest seq ever issued (`INCR`) |
+//! | `<ns>:{c:<tenant><conversation>}:seq` | string | highest seq issued under the current lease |
+//! | `<ns>:{c:<tenant><conversation>}:lease` | string | `<run_id>:<through>`: the seq lease (see [`lease`]) |
+//! | `<ns>:{c:<tenant><conversation>}:leasetoken` | string | the token of a revalidation in progress (Redis TTL) |
+//! | `<ns>:{c:<tenant><conversation>}:claims` | HASH | `<sender><client id>` → `<seq>:<claimed_at>`: the seq each recent request key was issued |
+//! | `<ns>:{c:<tenant><conversation>}:claimtimes` | ZSET | the same claims by claimed_at ms (pruned after the auxiliary TTL) |
 //! | `<ns>:{c:<tenant><conversation>}:idx` | ZSET | history index: member = seq (decimal), score = seq |
 //! | `<ns>:{c:<tenant><conversation>}:rec` | HASH | seq (decimal) → canonical record blob |
 //! | `<ns>:{c:<tenant><conversation>}:lowbound` | string | hot-tier lower bound: seqs ≤ it were trimmed (absent = 0) |
 //! | `<ns>:{c:<tenant><conversation>}:gcdone` | SET | seqs the expiry drain deleted whose expiry member may remain |
 //! | `<ns>:{c:<tenant><conversation>}:archived` | string | archived watermark: the trim never passes it (absent = 0) |
-//! | `<ns>:seeded:{<slot tag>}` | string | seed marker of one cluster slot (see [`crate::redis::seeding`]) |
 //! | `<ns>:{k:<tenant><sender>}:commit:<client id>` | HASH | `req` = request bytes, `commit` = commit blob |
 //! | `<ns>:{recovery}` | ZSET | unfinished commits: score = created_at ms, member = `<tenant><sender>:<created_at>:<client id>` |
 //! | `<ns>:{commitgc}` | ZSET | COMMITTED commits: score = committed_at ms, same member |
@@ -42,13 +45,15 @@
 //! another process, a retry after a restart). The writer stores OUTBOXED and COMMITTED with one
 //! call, `mark_outbox_published_and_committed`, so its send costs 5 round trips:
 //!
-//! | step | hot path | cold | previously |
-//! |------|---------:|-----:|-----------:|
-//! | `reserve` | 2 | 2 | 4 |
-//! | `put_record` | 2 | 3 | 3 |
-//! | `mark_outbox_published` | 1 | 2 | 2 |
-//! | `mark_committed` | 1 | 3 | 5 (6 for a trim-owning store) |
-//! | `mark_outbox_published_and_committed` | 1 | 3 | 2 |
+//! | step | hot path | cold |
+//! |------|---------:|-----:|
+//! | `reserve` | 2 | 2 |
+//! | `put_record` | 2 | 3 |
+//! | `mark_outbox_published` | 1 | 2 |
+//! | `mark_committed` | 1 | 3 |
+//! | `mark_outbox_published_and_committed` | 1 | 3 |
+//!
+//! (`reserve` costs more when its lease must be extended or revalidated: see [`lease`].)
 //!
 //! The hot path skips reading the commit because the store remembers, for each commit in flight,
 //! the exact commit it last wrote or read (the *in-flight knowledge*, module `inflight`): a hint,
@@ -57,25 +62,26 @@
 //! changed commit always got; the one write made on a hint before any CAS, `put_record`'s record,
 //! is guarded in its script (below).
 //!
-//! - `reserve`: (1) `⟨message_allocate_seq.lua ‖ ZADD {recovery}⟩`. The seq is allocated
-//!   speculatively, before knowing whether the key is free: `message_allocate_seq.lua`
-//!   increments the conversation counter only while its slot's seed marker is valid and the
-//!   counter was not lost under surviving history (else `InvariantViolation`: see
-//!   [`crate::redis::seeding`]). (2) `message_reserve.lua` creates the commit if the key is free;
-//!   otherwise it writes nothing and returns the stored request and commit: same bytes → that
-//!   commit (a replay, or a racing reserver that won), other bytes → `Conflict`. (3) Only then,
-//!   `⟨message_release_seq.lua ‖ ZREM {recovery}⟩`: the unused seq goes back if it is still the
-//!   newest issued (nothing anywhere carries it, so issuing it again is as if it never was), else
-//!   it stays a hole, which is legal and never reissued; our recovery entry goes unless it is
-//!   the stored commit's own (same key and millisecond). So a replay consumes no seq, unless
-//!   another send to the conversation was issued one meanwhile: then it leaves a hole, as a lost
-//!   race does. The recovery entry is confirmed before the commit can exist, so a crash after
-//!   (2) is always found by the recovery scan. Any subset of (1): a seq without its entry is
-//!   given back (the commit is never written), an entry without a seq, or a crash before (2),
-//!   leaves an entry leading nowhere, which the scan skips and
+//! - `reserve`: (1) `⟨message_allocate_seq.lua ‖ ZADD {recovery}⟩`. The allocation answers the
+//!   request key's *claim* when it has one (the seq an earlier attempt of the same key was
+//!   issued, within the auxiliary TTL), else issues the next seq within the conversation's
+//!   lease of the durable high-water mark and claims it for the key. So a retry of a send in
+//!   flight, or of one that crashed before its commit was written, gets the same seq, and no
+//!   seq is ever given back. An allocation that issues nothing (the lease is used up, invalid
+//!   after Redis lost state, or being revalidated) is followed by what its lease needs (see
+//!   [`lease`]) and the step starts again. (2) `message_reserve.lua` creates the commit if the
+//!   key is free; otherwise it writes nothing and returns the stored request and commit: same
+//!   bytes → that commit (a replay, or a racing reserver that won), other bytes → `Conflict`.
+//!   The stored commit carries the claimed seq unless the claim was lost with Redis state:
+//!   then the new seq stays a hole (`qim_store_seq_abandoned_total`) and the claim is pointed
+//!   at the stored seq. Our recovery entry goes unless it is the stored commit's own (same key
+//!   and millisecond). The recovery entry is confirmed before the commit can exist, so a crash
+//!   after (2) is always found by the recovery scan. Any subset of (1): a seq without its entry
+//!   stops the step (the claim keeps the seq for the retry), an entry without a seq, or a crash
+//!   before (2), leaves an entry leading nowhere, which the scan skips and
 //!   [`MessageStore::gc_committed_auxiliary`] removes once older than the auxiliary TTL.
-//!   Without a seq (unseeded, corrupt counter) a replay is still answered from the stored
-//!   commit (one read), as before.
+//!   Without a seq (no lease to be had, corrupt counter) a replay is still answered from the
+//!   stored commit (one read).
 //! - `put_record`: write record and index (`message_put_record.lua`, same-value overwrite),
 //!   then the CAS RESERVED → RECORDED from exactly the RESERVED commit of this intent. The
 //!   record must only be written for the reserved intent, so a cold call reads and checks the
@@ -127,11 +133,13 @@ mod history;
 mod hot_tier;
 mod inflight;
 mod keys;
+mod lease;
 mod restore;
 mod scripts;
 
-pub use self::hot_tier::{SeqEvidence, TrimReport};
-pub use self::restore::{PublishedRecord, RestoreReport};
+pub use self::hot_tier::TrimReport;
+pub use self::lease::{RecentRecords, SeqLeases, DEFAULT_LEASE_BLOCK};
+pub use self::restore::RestoreReport;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -139,6 +147,7 @@ use async_trait::async_trait;
 
 use self::inflight::InFlight;
 use self::keys::{aux_member, Keys};
+use self::lease::{Allocation, Renewals};
 use self::scripts::{answered, bytes, expect_ok, invoke, query, run, status, Batch, Link, Reply};
 use super::{connect, RedisConfig};
 use crate::clock::Clock;
@@ -175,6 +184,10 @@ pub struct RedisMessageStore {
     /// `{commitgc}` (both confirmed), whose removal rides on the next round trip that can carry
     /// it (see [`Self::flush_settled`]).
     settled: Arc<Mutex<Vec<String>>>,
+    /// Where seqs are leased from (see [`lease`]); `None`: this store issues no seqs.
+    leases: Option<Arc<SeqLeases>>,
+    /// Conversations whose lease is being extended early.
+    renewals: Arc<Renewals>,
 }
 
 impl std::fmt::Debug for RedisMessageStore {
@@ -235,9 +248,16 @@ impl RedisMessageStore {
             trim_window_millis: None,
             inflight: Arc::default(),
             settled: Arc::default(),
+            leases: None,
+            renewals: Arc::default(),
         };
         let _: String = query(&store.con, &format!("pinging redis at {}", config.url), &redis::cmd("PING")).await?;
         Ok(store)
+    }
+
+    /// Checks that Redis answers.
+    pub async fn ping(&self) -> StoreResult<()> {
+        query::<String>(&self.con, "pinging redis", &redis::cmd("PING")).await.map(drop)
     }
 
     /// Round trips to Redis this store (and its clones) made so far: a pipeline counts once,
@@ -253,8 +273,7 @@ impl RedisMessageStore {
         self.policy
     }
 
-    /// The counter of the highest seq issued in a conversation (what a re-seed after lost Redis
-    /// state must raise to the durable maximum before writes resume).
+    /// The counter of the highest seq issued in a conversation.
     pub fn seq_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
         self.keys.seq(tenant, conversation)
     }
@@ -275,6 +294,12 @@ impl RedisMessageStore {
     #[doc(hidden)]
     pub fn lower_bound_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
         self.keys.lower_bound(tenant, conversation)
+    }
+
+    /// The seq lease of a conversation (`<run_id>:<through>`; see [`lease`]).
+    #[doc(hidden)]
+    pub fn lease_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.keys.lease(tenant, conversation)
     }
 
     /// The hash of one commit (`req`, `commit`).
@@ -362,8 +387,8 @@ impl RedisMessageStore {
         query(&self.con, "reading an index", &cmd).await
     }
 
-    /// `reserve` when no seq could be allocated (unseeded slot, corrupt counter): a replay is
-    /// still answered from the stored commit, a different request is still `Conflict`;
+    /// `reserve` when no seq could be allocated (no lease could be had, a corrupt counter): a
+    /// replay is still answered from the stored commit, a different request is still `Conflict`;
     /// anything else gets the allocation's error. The recovery entry written alongside (if it
     /// was) leads nowhere and is collected by the auxiliary GC, unless removed here: only when
     /// the stored commit shows it is not that commit's entry.
@@ -385,22 +410,22 @@ impl RedisMessageStore {
         Ok(existing.commit)
     }
 
-    /// Best effort after `reserve` lost the key: gives `seq` back (or leaves a hole) and removes
-    /// `orphan`, its recovery entry, if given. One round trip; failures leave a hole or an orphan
-    /// entry, both legal (the auxiliary GC collects orphans).
-    async fn give_back(
-        &self,
-        tenant: TenantId,
-        conversation: ConversationId,
-        seq: ConversationSeq,
-        orphan: Option<&str>,
-    ) {
-        let mut batch = Batch::default();
-        self.release_seq(&mut batch, tenant, conversation, seq);
-        if let Some(member) = orphan {
-            batch.command("ZREM").arg(self.keys.recovery()).arg(member);
+    /// Counts `seq` as a hole when the key's stored commit (`theirs`) holds another seq: the
+    /// key's claim was lost with Redis state, so the allocation issued a new seq that nothing
+    /// will carry. Then points the claim at the stored commit's seq (best effort), so later
+    /// attempts of the key get that one.
+    async fn abandoned(&self, seq: ConversationSeq, theirs: &CommitIntent) {
+        if theirs.seq == seq {
+            return;
         }
-        let _ = run(&self.con, "giving back an unused seq", batch).await;
+        metrics::counter!(crate::metrics::SEQ_ABANDONED).increment(1);
+        let (tenant, conversation) = (theirs.request.key.tenant, theirs.request.conversation);
+        let cmd = redis::cmd("HSET")
+            .arg(self.keys.claims(tenant, conversation))
+            .arg(keys::claim(&theirs.request.key))
+            .arg(format!("{}:{}", theirs.seq.0, theirs.created_at.0))
+            .clone();
+        let _ = query::<i64>(&self.con, "pointing a claim at its commit", &cmd).await;
     }
 
     /// Best effort: removes a recovery entry that leads nowhere (else the auxiliary GC does).
@@ -676,22 +701,38 @@ impl MessageStore for RedisMessageStore {
         let key = &request.key;
         let (tenant, conversation) = (key.tenant, request.conversation);
         let request_bytes = encode_request(request);
-        let created_at = self.clock.now();
-        let member = aux_member(key, created_at);
-        // (1) A seq, speculatively, and the recovery entry: independent, one round trip.
-        let mut batch = Batch::default();
-        self.allocate_seq(&mut batch, tenant, conversation);
-        batch.command("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member);
-        let [allocated, listed] = two(run(&self.con, "reserving a commit", batch).await?)?;
-        let seq = match self.allocated_seq(conversation, allocated) {
-            Ok(seq) => seq,
-            Err(e) => return self.reserve_without_seq(request, &request_bytes, &member, e).await,
+        // (1) A seq (the key's claim, or a new one) and the recovery entry: one round trip. An
+        // allocation that issued nothing says what its lease needs first; then again.
+        let (seq, created_at, member) = loop {
+            let created_at = self.clock.now();
+            let member = aux_member(key, created_at);
+            let mut batch = Batch::default();
+            self.allocate_seq(&mut batch, key, conversation, created_at);
+            batch.command("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member);
+            let [allocated, listed] = two(run(&self.con, "reserving a commit", batch).await?)?;
+            let allocation = match self.allocation(conversation, allocated) {
+                Ok(a) => a,
+                Err(e) => return self.reserve_without_seq(request, &request_bytes, &member, e).await,
+            };
+            match allocation {
+                Allocation::Issued { seq, through, renew } => {
+                    if renew {
+                        self.renew_soon(tenant, conversation, through);
+                    }
+                    // No commit may exist without its recovery entry: stop here. The seq stays
+                    // the key's claim, so a retry gets it again.
+                    answered("writing the recovery index", listed)?;
+                    break (seq, created_at, member);
+                }
+                other => {
+                    // This attempt's recovery entry leads nowhere: the scan skips it and the
+                    // auxiliary GC collects it.
+                    if let Err(e) = self.prepare_lease(tenant, conversation, other).await {
+                        return self.reserve_without_seq(request, &request_bytes, &member, e).await;
+                    }
+                }
+            }
         };
-        if let Err(e) = answered("writing the recovery index", listed) {
-            // No commit may exist without its recovery entry: stop here; the seq was used nowhere.
-            self.give_back(tenant, conversation, seq, None).await;
-            return Err(e);
-        }
         let intent =
             CommitIntent { request: request.clone(), seq, message_id: proposed_id, created_at, publication: None };
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
@@ -699,21 +740,8 @@ impl MessageStore for RedisMessageStore {
         let mut batch = Batch::default();
         batch.script(&scripts::RESERVE, &[&self.keys.commit(key)]).arg(&request_bytes).arg(encode_commit(&commit));
         let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
-        let reply = match answered("reserving a commit", reply) {
-            Ok(reply) => reply,
-            Err(e) => {
-                // The server refused or failed the script: it wrote nothing.
-                self.give_back(tenant, conversation, seq, None).await;
-                return Err(e);
-            }
-        };
-        let (outcome, rest) = match status("message_reserve", &Described(key), reply) {
-            Ok(parts) => parts,
-            Err(e) => {
-                self.give_back(tenant, conversation, seq, None).await;
-                return Err(e);
-            }
-        };
+        let reply = answered("reserving a commit", reply)?;
+        let (outcome, rest) = status("message_reserve", &Described(key), reply)?;
         match outcome.as_str() {
             "ok" => {
                 self.inflight.remember(commit.clone(), false);
@@ -721,34 +749,31 @@ impl MessageStore for RedisMessageStore {
             }
             "exists" => {
                 // The key was taken (a replay, a racing reserver, another request): nothing was
-                // written, so our seq goes back (or stays a hole if a later one was issued), and
-                // our recovery entry goes unless it coincides with the stored commit's.
+                // written. Our recovery entry goes unless it coincides with the stored commit's.
                 let (Some(req), Some(blob)) = (rest.first().and_then(bytes), rest.get(1).and_then(bytes)) else {
-                    self.give_back(tenant, conversation, seq, None).await;
                     return Err(StoreError::InvariantViolation(
                         "message_reserve: 'exists' without request and commit".to_owned(),
                     ));
                 };
                 if req != request_bytes.as_slice() {
-                    let theirs = decode_commit(blob).ok().map(|c| c.intent.created_at);
-                    let orphan = (theirs.is_some_and(|t| t != created_at)).then_some(member.as_str());
-                    self.give_back(tenant, conversation, seq, orphan).await;
+                    let theirs = decode_commit(blob).ok().map(|c| c.intent);
+                    if let Some(theirs) = &theirs {
+                        self.abandoned(seq, theirs).await;
+                        if theirs.created_at != created_at {
+                            self.give_up_orphan(&member).await;
+                        }
+                    }
                     return Err(conflict(key, "the same key was reserved for different content"));
                 }
-                match decode_stored(key, req.to_vec(), blob.to_vec()) {
-                    Ok(first) => {
-                        let orphan = (first.commit.intent.created_at != created_at).then_some(member.as_str());
-                        self.give_back(tenant, conversation, seq, orphan).await;
-                        if first.commit.state != CommitState::Committed {
-                            self.inflight.remember(first.commit.clone(), false);
-                        }
-                        Ok(first.commit)
-                    }
-                    Err(e) => {
-                        self.give_back(tenant, conversation, seq, None).await;
-                        Err(e)
-                    }
+                let first = decode_stored(key, req.to_vec(), blob.to_vec())?;
+                self.abandoned(seq, &first.commit.intent).await;
+                if first.commit.intent.created_at != created_at {
+                    self.give_up_orphan(&member).await;
                 }
+                if first.commit.state != CommitState::Committed {
+                    self.inflight.remember(first.commit.clone(), false);
+                }
+                Ok(first.commit)
             }
             other => {
                 Err(StoreError::InvariantViolation(format!("message_reserve: unexpected script status {other:?}")))

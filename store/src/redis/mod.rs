@@ -8,13 +8,14 @@
 pub mod archive_gaps;
 pub mod mailbox;
 pub mod membership;
+pub mod membership_cache;
 pub mod message;
-pub mod seeding;
 
 pub use archive_gaps::ArchiveGaps;
 pub use mailbox::RedisMailboxStore;
 pub use membership::RedisMembershipStore;
-pub use message::{PublishedRecord, RedisMessageStore, RestoreReport, SeqEvidence, TrimReport};
+pub use membership_cache::RedisMembershipCache;
+pub use message::{RecentRecords, RedisMessageStore, RestoreReport, SeqLeases, TrimReport, DEFAULT_LEASE_BLOCK};
 
 use redis::aio::ConnectionManager;
 

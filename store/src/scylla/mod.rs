@@ -23,5 +23,7 @@ pub use config::{ScyllaConfig, ScyllaConfigError};
 pub use cql::open_session;
 pub use mailbox::ScyllaMailboxStore;
 pub use membership::ScyllaMembershipStore;
-pub use message::{archive_check, ArchiveRefusal, ScyllaMessageStore};
+pub use message::{
+    archive_check, ArchiveConflict, ArchiveRefusal, ArchiveReport, ScyllaMessageStore, CLOCK_SKEW_MILLIS,
+};
 pub use migrate::{migrate, read_flavour, readiness, Readiness};

@@ -7,13 +7,14 @@
 //! | `message_commit` | `((tenant_id, sender_id, client_message_id))` | canonical request blob (stable identity), canonical commit blob, `state` (LWT condition), `created_at`, `committed_at` |
 //! | `conversation_sequence` | `((tenant_id, conversation_id))` | `last_seq`: the highest seq ever issued; moved only by CAS |
 //! | `message_record` | `((tenant_id, conversation_id, seq_bucket), conversation_seq)` | canonical `MessageRecord` blob; per-row TTL = remaining retention |
-//! | `history_index` | `((tenant_id, conversation_id), conversation_seq)` | `expires_at` (null: never); same TTL as its record |
+//! | `history_index` | `((tenant_id, conversation_id), conversation_seq)` | `expires_at` (null: never); `published_partition`/`published_offset`: where the archiver read the record in `qim.messages.v1` (null when `put_record` wrote it); same TTL as its record |
 //! | `history_bucket` | `((tenant_id, conversation_id), seq_bucket)` | `max_expires_at`: an upper bound of the expiry of every record that can appear in the bucket (`i64::MAX`: never); highest value wins by write timestamp; TTL = that bound |
 //! | `history_floor` | `((tenant_id, conversation_id))` | `floor_bucket`: no bucket below it can hold a live record; `pin`; both moved only by LWT |
 //! | `commit_recovery` | `((hour_bucket), created_at, tenant_id, sender_id, client_message_id)` | one entry per reservation attempt at a position (`created_at`: the reservation's time, later moved forward while it stays unfinished), written before the reserve LWT without TTL; given a TTL only once its commit finished |
 //! | `commit_recovery_cursor` | `((scope))` | `swept`: every recovery entry positioned below it is finished; highest value wins by write timestamp |
 //! | `history_expiry` | `((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)` | one entry per expiring record, for the observable expiry count; TTL = record TTL + 1 h |
 //! | `conversation_member` | `((tenant_id, conversation_id), user_id)` | one row per member of a conversation (no TTL; removed by row `DELETE`); see [`super::membership`] |
+//! | `seq_high_water` | `((tenant_id, conversation_id))` | `high_water`: every seq the Redis hot tier ever issued in the conversation is at or below it ([`crate::SeqHighWater`]); no TTL, never deleted; highest value wins by write timestamp |
 //!
 //! Ids are 16-byte blobs (no UUID type); every `u64` bound to a `bigint` goes through
 //! [`crate::codec::u64_to_i64`]. Tables keep the default `default_time_to_live = 0`: expiry is
@@ -33,7 +34,7 @@
 use std::collections::HashMap;
 
 /// Every table this backend creates and readiness requires, in creation order.
-pub const TABLES: [&str; 10] = [
+pub const TABLES: [&str; 11] = [
     "message_commit",
     "conversation_sequence",
     "message_record",
@@ -44,6 +45,7 @@ pub const TABLES: [&str; 10] = [
     "history_floor",
     "commit_recovery_cursor",
     "conversation_member",
+    "seq_high_water",
 ];
 
 /// Seqs per `message_record` partition (`seq_bucket = seq / SEQ_BUCKET_SIZE`), so one busy
@@ -72,6 +74,7 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
         "message_record (tenant_id blob, conversation_id blob, seq_bucket bigint, conversation_seq bigint, \
          record_blob blob, PRIMARY KEY ((tenant_id, conversation_id, seq_bucket), conversation_seq)) WITH gc_grace_seconds = 3600",
         "history_index (tenant_id blob, conversation_id blob, conversation_seq bigint, expires_at bigint, \
+         published_partition int, published_offset bigint, \
          PRIMARY KEY ((tenant_id, conversation_id), conversation_seq)) WITH gc_grace_seconds = 3600",
         "commit_recovery (hour_bucket bigint, created_at bigint, tenant_id blob, sender_id blob, \
          client_message_id text, PRIMARY KEY ((hour_bucket), created_at, tenant_id, sender_id, client_message_id)) WITH gc_grace_seconds = 3600",
@@ -85,6 +88,10 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
         // Membership is removed by row deletes: keep the default gc_grace_seconds (repair window).
         "conversation_member (tenant_id blob, conversation_id blob, user_id blob, \
          PRIMARY KEY ((tenant_id, conversation_id), user_id))",
+        // Never deleted, never TTL'd: raised with a value-derived write timestamp (the highest
+        // mark wins), which a row tombstone would shadow forever.
+        "seq_high_water (tenant_id blob, conversation_id blob, high_water bigint, \
+         PRIMARY KEY ((tenant_id, conversation_id)))",
     ];
     bodies.iter().map(|b| format!("CREATE TABLE IF NOT EXISTS {keyspace}.{b}")).collect()
 }

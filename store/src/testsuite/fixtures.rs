@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use crate::clock::ManualClock;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ClientMessageId, ConversationId, MessageId, TenantId, UnixMillis, UserId};
-use crate::message::{CommitKey, CommitRequest, MessageKind};
+use crate::message::{CommitKey, CommitRequest, MessageKind, MessageRecord, Publication, PublishedRecord};
 use crate::retention::RetentionClass;
 use crate::HistoryAuthorizer;
 
@@ -114,6 +114,17 @@ impl HistoryAuthorizer for MembershipAuthorizer {
 
 /// Asserts that `result` failed with `kind`, naming `context` otherwise.
 #[track_caller]
+/// `records` as published: partition 0, offset = seq (what tests archive).
+pub fn published(records: &[MessageRecord]) -> Vec<PublishedRecord> {
+    records
+        .iter()
+        .map(|r| PublishedRecord {
+            record: r.clone(),
+            publication: Publication { partition: 0, offset: i64::try_from(r.seq.0).unwrap_or(i64::MAX) },
+        })
+        .collect()
+}
+
 pub fn assert_kind<T: std::fmt::Debug>(result: StoreResult<T>, kind: crate::ErrorKind, context: &str) {
     match result {
         Err(e) => assert_eq!(e.kind(), kind, "{context}: expected {kind:?}, got {e}"),

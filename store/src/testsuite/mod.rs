@@ -9,6 +9,7 @@
 //! qim_store::message_store_contract_suite!(my_backend::harness());
 //! qim_store::mailbox_store_contract_suite!(my_backend::mailbox_harness());
 //! qim_store::membership_store_contract_suite!(my_backend::membership_harness());
+//! qim_store::seq_high_water_contract_suite!(my_backend::high_water_harness());
 //! ```
 //!
 //! Tests use fresh tenant ids and shard ids, so backends that share one server between tests do
@@ -16,6 +17,7 @@
 
 pub mod differential;
 pub mod fixtures;
+pub mod high_water;
 pub mod mailbox;
 pub mod membership;
 pub mod message;
@@ -28,7 +30,7 @@ use crate::clock::ManualClock;
 use crate::ids::{ConversationId, ConversationSeq, TenantId, UserId};
 use crate::mailbox::{MailboxRetention, MailboxSeq};
 use crate::retention::RetentionPolicy;
-use crate::{MailboxStore, MembershipStore, MessageStore};
+use crate::{MailboxStore, MembershipStore, MessageStore, SeqHighWater};
 
 /// Opens message stores for the contract suite.
 #[async_trait]
@@ -80,6 +82,30 @@ pub trait MembershipHarness: Send + Sync {
     /// A store. Stores opened by one harness may share state: tests isolate themselves by
     /// tenant.
     async fn open(&self) -> Arc<dyn MembershipStore>;
+}
+
+/// Opens seq high-water stores for the contract suite.
+#[async_trait]
+pub trait SeqHighWaterHarness: Send + Sync {
+    /// A store. Stores opened by one harness share their durable state (as two processes
+    /// sharing one database do): tests isolate themselves by tenant.
+    async fn open(&self) -> Arc<dyn SeqHighWater>;
+}
+
+/// Emits one `#[tokio::test]` per seq high-water contract test, each calling the suite with the
+/// harness expression `$harness`.
+#[macro_export]
+macro_rules! seq_high_water_contract_suite {
+    ($harness:expr) => {
+        $crate::__contract_tests!(
+            high_water,
+            $harness,
+            unknown_conversations_read_zero_and_raises_read_back,
+            the_mark_never_moves_down,
+            concurrent_raises_leave_the_highest,
+            large_marks_read_back_exactly,
+        );
+    };
 }
 
 /// Emits one `#[tokio::test]` per message-store contract test, each calling the suite with the

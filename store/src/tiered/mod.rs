@@ -14,8 +14,11 @@
 //!
 //! The hot tier is read first, then the archive: a record trimmed between the two reads was
 //! archived before it was trimmed, so the second read finds it (reading in the other order
-//! could miss it). Seqs are issued in time order, so every seq above a hot record created after
-//! `now - window + margin` is still in the hot tier:
+//! could miss it). After Redis lost state the hot tier holds only part of a conversation's
+//! recent history until the conversation's next send revalidated its seq lease (which writes
+//! the recent records back, newest first); until then ([`HotTier::holds_recent_history`]) every
+//! page merges both tiers. Otherwise seqs are issued in time order, so every seq above a hot
+//! record created after `now - window + margin` is still in the hot tier:
 //!
 //! - `Older`: when the page's oldest hot record is that young, the archive is asked only for its
 //!   earliest record: a full hot page is the answer (`has_more` also when the archive holds
@@ -33,7 +36,10 @@
 //! The authorizer is consulted once, before anything is read; the tiers are then read with an
 //! internal allow-all authorizer.
 
+mod membership;
 mod page;
+
+pub use self::membership::TieredMembershipStore;
 
 use std::sync::Arc;
 
@@ -55,6 +61,24 @@ use crate::scylla::ScyllaMessageStore;
 /// trim pass in progress.
 pub const TRIM_SAFETY_MARGIN_MILLIS: i64 = 60 * 60 * 1000;
 
+/// The hot tier of a [`TieredMessageStore`]: a store that can tell whether it holds a
+/// conversation's recent history whole.
+#[async_trait]
+pub trait HotTier: MessageStore {
+    /// Whether every record written to this tier for the conversation since it last lost state
+    /// is still there, and everything it lost was written back (`false` after Redis lost state,
+    /// until the conversation's seq lease was revalidated). Readers trust the hot tier alone,
+    /// without the archive, only when this was `true` before they read.
+    async fn holds_recent_history(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<bool>;
+}
+
+#[async_trait]
+impl HotTier for RedisMessageStore {
+    async fn holds_recent_history(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<bool> {
+        self.hot_tier_trusted(tenant, conversation).await
+    }
+}
+
 /// The tiers are read after the caller's authorizer admitted the viewer.
 struct AlreadyAuthorized;
 
@@ -69,7 +93,7 @@ impl HistoryAuthorizer for AlreadyAuthorized {
 /// Cheap to clone.
 #[derive(Clone)]
 pub struct TieredMessageStore {
-    hot: Arc<dyn MessageStore>,
+    hot: Arc<dyn HotTier>,
     archive: Arc<dyn MessageStore>,
     hot_window_millis: i64,
     clock: Arc<dyn Clock>,
@@ -100,7 +124,7 @@ impl TieredMessageStore {
     /// Any two stores as the tiers (tests, tools). `hot` must already own the trim window if
     /// anything trims it.
     pub fn from_parts(
-        hot: Arc<dyn MessageStore>,
+        hot: Arc<dyn HotTier>,
         archive: Arc<dyn MessageStore>,
         hot_window_days: u32,
         clock: Arc<dyn Clock>,
@@ -126,7 +150,12 @@ impl TieredMessageStore {
             )));
         }
         let now = self.clock.now();
+        // Asked first: trusted before the read means the read saw a complete hot tier.
+        let trusted = self.hot.holds_recent_history(query.tenant, query.conversation).await?;
         let hot = self.hot.history_page(query, &AlreadyAuthorized).await?;
+        if !trusted {
+            return self.merged(query, hot, now).await;
+        }
         // The hot record nearest the far end of the page; every seq above it is in the hot tier
         // when it is young enough.
         let edge = match query.direction {

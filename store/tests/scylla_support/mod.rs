@@ -105,6 +105,17 @@ pub fn record_key(
     (tenant.0.to_vec(), conversation.0.to_vec(), bucket, i64::try_from(seq.0).expect("test seqs are small"))
 }
 
+/// Opens stores of the suite's keyspace as seq high-water stores.
+#[async_trait]
+impl qim_store::testsuite::SeqHighWaterHarness for Scylla {
+    async fn open(&self) -> Arc<dyn qim_store::SeqHighWater> {
+        let clock = Arc::new(ManualClock::new(qim_store::testsuite::fixtures::T0));
+        let store = MessageHarness::open(self, RetentionPolicy::default(), clock).await;
+        drop(store);
+        Arc::new(self.store())
+    }
+}
+
 #[async_trait]
 impl MessageHarness for Scylla {
     async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {

@@ -12,6 +12,7 @@ pub struct PrivateRedis {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
+    snapshots: usize,
 }
 
 impl PrivateRedis {
@@ -21,7 +22,7 @@ impl PrivateRedis {
         let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free loopback port").port();
         let dir = std::env::temp_dir().join(format!("qim-private-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temporary redis directory");
-        let mut server = Self { child: None, port, dir };
+        let mut server = Self { child: None, port, dir, snapshots: 0 };
         server.launch();
         server
     }
@@ -34,6 +35,34 @@ impl PrivateRedis {
     /// Asks the server to shut down cleanly (`SHUTDOWN`, which fsyncs the AOF), waits for it to
     /// exit, and starts it again on the same directory and port.
     pub fn restart(&mut self) {
+        self.shutdown();
+        self.launch();
+    }
+
+    /// Shuts the server down cleanly, copies its data directory (a snapshot of everything it
+    /// acknowledged), and starts it again. The copy lives until the server is dropped.
+    pub fn snapshot(&mut self) -> PathBuf {
+        self.shutdown();
+        let copy = self.dir.with_extension(format!("snapshot{}", self.snapshots));
+        self.snapshots += 1;
+        copy_dir(&self.dir, &copy);
+        self.launch();
+        copy
+    }
+
+    /// Kills the server (SIGKILL: nothing more is written) and starts it again on the data of
+    /// `snapshot`, as an operator restoring an older backup would.
+    pub fn restore(&mut self, snapshot: &std::path::Path) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        std::fs::remove_dir_all(&self.dir).expect("removing the current data");
+        copy_dir(snapshot, &self.dir);
+        self.launch();
+    }
+
+    fn shutdown(&mut self) {
         let status = Command::new("redis-cli").args(["-p", &self.port.to_string(), "SHUTDOWN"]).status();
         assert!(status.is_ok(), "redis-cli is missing: start the local stack with `deploy/local/stack up`");
         if let Some(mut child) = self.child.take() {
@@ -43,7 +72,6 @@ impl PrivateRedis {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        self.launch();
     }
 
     fn launch(&mut self) {
@@ -68,6 +96,20 @@ impl PrivateRedis {
     }
 }
 
+/// Copies a directory tree (Redis's data directory: files and the AOF directory).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("creating a copy of redis's data");
+    for entry in std::fs::read_dir(from).expect("reading redis's data directory") {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("an entry's type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copying a data file");
+        }
+    }
+}
+
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -75,5 +117,8 @@ impl Drop for PrivateRedis {
             let _ = child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        for n in 0..self.snapshots {
+            let _ = std::fs::remove_dir_all(self.dir.with_extension(format!("snapshot{n}")));
+        }
     }
 }

@@ -141,6 +141,7 @@ impl PipelineEnv {
         match kind {
             ServiceKind::Writer => v.extend([
                 ("QIM_WRITER_HTTP_ADDR", format!("127.0.0.1:{}", self.writer_port)),
+                ("QIM_ARCHIVER_GROUP", self.archiver_group.clone()),
                 ("QIM_RECOVERY_GRACE_SECS", "5".into()),
                 ("QIM_RECOVERY_INTERVAL_SECS", "1".into()),
             ]),

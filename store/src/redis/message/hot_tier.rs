@@ -1,27 +1,12 @@
-//! The hot tier's own duties (ADR-0019, DESIGN invariant 7): guarded seq allocation, re-seeding
-//! after Redis lost state, the archived watermark, and the trim of the 7-day window.
+//! The hot tier's own duties (ADR-0019): the registrations of records with the expiry index and
+//! the trim window, the archived watermark, and the trim of the 7-day window.
 
 use super::keys::{expiry_member, parse_expiry_member};
-use super::scripts::{
-    answered, bytes, invoke, query, run, status, Batch, Reply, ALLOCATE_SEQ, RAISE, RELEASE_SEQ, TRIM,
-};
-use super::{RedisMessageStore, MAX_SEQ};
+use super::scripts::{answered, bytes, invoke, query, run, status, Batch, RAISE, TRIM};
+use super::RedisMessageStore;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
 use crate::message::CommitIntent;
-use crate::redis::seeding;
-
-/// Durable evidence of the highest seq a conversation has issued (from the archive and from
-/// `qim.messages.v1`), for [`RedisMessageStore::reseed`].
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct SeqEvidence {
-    /// The conversation's tenant.
-    pub tenant: TenantId,
-    /// The conversation.
-    pub conversation: ConversationId,
-    /// The highest seq known to have been issued.
-    pub max_seq: ConversationSeq,
-}
 
 /// What one trim pass did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -32,7 +17,7 @@ pub struct TrimReport {
     pub waiting_for_archive: usize,
 }
 
-fn reply_number(what: &str, value: Option<&redis::Value>) -> StoreResult<u64> {
+pub(super) fn reply_number(what: &str, value: Option<&redis::Value>) -> StoreResult<u64> {
     value
         .and_then(|v| match v {
             redis::Value::Int(n) => u64::try_from(*n).ok(),
@@ -49,44 +34,6 @@ impl RedisMessageStore {
     pub fn with_trim_window(mut self, days: u32) -> Self {
         self.trim_window_millis = Some(i64::from(days) * MILLIS_PER_DAY);
         self
-    }
-
-    /// Adds to `batch` the allocation of the conversation's next seq through the seed-marker
-    /// guard (`message_allocate_seq.lua`); [`Self::allocated_seq`] reads its reply.
-    pub(super) fn allocate_seq(&self, batch: &mut Batch, tenant: TenantId, conversation: ConversationId) {
-        let keys = [
-            self.keys.seq(tenant, conversation),
-            self.keys.seed_marker(tenant, conversation),
-            self.keys.index(tenant, conversation),
-            self.keys.lower_bound(tenant, conversation),
-            self.keys.archived(tenant, conversation),
-        ];
-        batch.script(&ALLOCATE_SEQ, &keys.each_ref().map(String::as_str));
-    }
-
-    /// The seq an allocation added by [`Self::allocate_seq`] issued.
-    pub(super) fn allocated_seq(&self, conversation: ConversationId, reply: Reply) -> StoreResult<ConversationSeq> {
-        let reply = answered("allocating a conversation seq", reply)?;
-        let (_, rest) = status("message_allocate_seq", &format_args!("conversation {conversation}"), reply)?;
-        let seq = reply_number("message_allocate_seq", rest.first())?;
-        if !(1..=MAX_SEQ).contains(&seq) {
-            return Err(StoreError::InvariantViolation(format!(
-                "conversation {conversation} issued seq {seq}, outside 1..={MAX_SEQ}"
-            )));
-        }
-        Ok(ConversationSeq(seq))
-    }
-
-    /// Adds to `batch` giving back `seq`, allocated by [`Self::allocate_seq`] and not used
-    /// (`message_release_seq.lua`: only while it is still the newest seq; else it stays a hole).
-    pub(super) fn release_seq(
-        &self,
-        batch: &mut Batch,
-        tenant: TenantId,
-        conversation: ConversationId,
-        seq: ConversationSeq,
-    ) {
-        batch.script(&RELEASE_SEQ, &[&self.keys.seq(tenant, conversation)]).arg(seq.0);
     }
 
     /// The hot-tier registrations of a record (DESIGN, ADR-0019): its expiry in
@@ -136,24 +83,6 @@ impl RedisMessageStore {
             answered("registering a record with the hot tier", reply)?;
         }
         Ok(())
-    }
-
-    /// Re-seeds the seq counters after Redis lost state (or on a fresh deployment): raises each
-    /// conversation's counter to at least the evidence, then writes every slot's seed marker,
-    /// which lets sends resume. Never lowers a counter; safe to repeat.
-    pub async fn reseed(&self, evidence: &[SeqEvidence]) -> StoreResult<()> {
-        for e in evidence {
-            self.raise(&self.keys.seq(e.tenant, e.conversation), e.max_seq.0, "re-seeding a seq counter").await?;
-        }
-        let mut con = self.con.manager();
-        seeding::write_markers(&mut con, self.keys.namespace(), self.clock.now().0).await
-    }
-
-    /// How many cluster slots lack their seed marker: 0 means sends may proceed; anything else
-    /// means Redis lost state (or was never seeded) and [`Self::reseed`] must run first.
-    pub async fn missing_seed_markers(&self) -> StoreResult<usize> {
-        let mut con = self.con.manager();
-        seeding::missing_markers(&mut con, self.keys.namespace()).await
     }
 
     /// Records that the archive holds every seq of the conversation up to `through`. Monotonic:

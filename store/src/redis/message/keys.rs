@@ -56,15 +56,25 @@ impl Keys {
         self.conversation(tenant, conversation, "archived")
     }
 
-    /// The seed marker of the slot holding the conversation's counter (see
-    /// [`crate::redis::seeding`]).
-    pub(super) fn seed_marker(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        crate::redis::seeding::marker_for(&self.ns, &self.seq(tenant, conversation))
+    /// The conversation's seq lease: `<run_id>:<through>`, the Redis process it is valid in and
+    /// the highest seq it may issue (the durable high-water mark is at least that).
+    pub(super) fn lease(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.conversation(tenant, conversation, "lease")
     }
 
-    /// The namespace.
-    pub(super) fn namespace(&self) -> &str {
-        &self.ns
+    /// The token of a revalidation in progress (a random hex string with a Redis TTL).
+    pub(super) fn lease_token(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.conversation(tenant, conversation, "leasetoken")
+    }
+
+    /// The claims: HASH, field = [`claim`] of a request key, value = `<seq>:<claimed_at ms>`.
+    pub(super) fn claims(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.conversation(tenant, conversation, "claims")
+    }
+
+    /// The claims by time: ZSET, score = claimed_at ms, member = [`claim`].
+    pub(super) fn claim_times(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.conversation(tenant, conversation, "claimtimes")
     }
 
     /// Tombstones of the expiry drain: SET of seqs whose record was deleted while their expiry
@@ -124,6 +134,17 @@ pub(super) fn aux_member(key: &CommitKey, created_at: UnixMillis) -> String {
     push_hex(&mut out, &key.sender.0);
     out.push(':');
     out.push_str(&created_at.0.to_string());
+    out.push(':');
+    out.push_str(client);
+    out
+}
+
+/// A request key's field in its conversation's claims: `<sender hex>:<client id>` (the tenant is
+/// the conversation's).
+pub(super) fn claim(key: &CommitKey) -> String {
+    let client = key.client_message_id.as_str();
+    let mut out = String::with_capacity(33 + client.len());
+    push_hex(&mut out, &key.sender.0);
     out.push(':');
     out.push_str(client);
     out

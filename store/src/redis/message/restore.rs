@@ -1,26 +1,17 @@
-//! Rebuilding the hot tier from `qim.messages.v1` after Redis lost state (DESIGN invariant 7):
-//! the records the topic holds are written back into each conversation's history, with their
-//! hot-tier registrations, and the commits of the recent ones (within the auxiliary TTL) as
-//! COMMITTED, so a client's retry gets its first answer; never overwriting or resurrecting
-//! anything.
+//! Rebuilding a conversation's hot tier after Redis lost state (DESIGN invariant 7; see
+//! [`super::lease`]): published records are written back into its history, with their hot-tier
+//! registrations, and the recent ones (within the auxiliary TTL) with their commits as COMMITTED
+//! and their request keys' claims, so a client's retry gets its first answer; never overwriting
+//! or resurrecting anything.
 
-use super::keys::aux_member;
+use super::keys::{aux_member, claim};
 use super::scripts::{answered, run, status, Batch, Reply, RESTORE_COMMIT, RESTORE_RECORD};
 use super::{RedisMessageStore, COMMITTED_REDIS_TTL_MILLIS};
 use crate::codec::{encode_commit, encode_record, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::UnixMillis;
-use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, MessageRecord, Publication};
+use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, PublishedRecord};
 use crate::message_store::COMMIT_AUX_TTL_MILLIS;
-
-/// A record as `qim.messages.v1` holds it: the record and where it was read.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct PublishedRecord {
-    /// The decoded record.
-    pub record: MessageRecord,
-    /// Its partition and offset.
-    pub publication: Publication,
-}
 
 /// What one [`RedisMessageStore::restore_records`] call did, record by record.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
@@ -63,15 +54,15 @@ impl RestoreReport {
 }
 
 impl RedisMessageStore {
-    /// Writes `records` (read from `qim.messages.v1`) back into the hot tier, with their expiry
-    /// and window registrations, in two round trips. Idempotent: a record already there is left
+    /// Writes `records` (published, read back from a durable copy) into the hot tier, with their
+    /// expiry and window registrations and their claims, in two round trips. Idempotent: a record already there is left
     /// alone; a seq that holds another record is never overwritten (counted in
     /// [`RestoreReport::conflicts`]); a record the trim or the expiry drain removed is not
     /// resurrected; records created before `window_start` or already expired are skipped.
     /// The commit of every record created within [`COMMIT_AUX_TTL_MILLIS`] is written back as
     /// COMMITTED (publication: where the record was read) where its key is free, with its
     /// auxiliary GC entry, so a retry of the send is answered as the first time.
-    /// Seq counters are not touched: that is [`Self::reseed`]'s job.
+    /// Seq counters and leases are not touched (see [`super::lease`]).
     ///
     /// Errors: only a failing Redis or a corrupt reply; the outcome of every record is in the
     /// report.
@@ -104,8 +95,18 @@ impl RedisMessageStore {
                 self.keys.records(r.tenant, r.conversation),
                 self.keys.lower_bound(r.tenant, r.conversation),
                 self.keys.gc_tombstones(r.tenant, r.conversation),
+                self.keys.claims(r.tenant, r.conversation),
+                self.keys.claim_times(r.tenant, r.conversation),
             ];
-            batch.script(&RESTORE_RECORD, &keys.each_ref().map(String::as_str)).arg(r.seq.0).arg(encode_record(r));
+            let key = CommitKey { tenant: r.tenant, sender: r.sender, client_message_id: r.client_message_id.clone() };
+            batch
+                .script(&RESTORE_RECORD, &keys.each_ref().map(String::as_str))
+                .arg(r.seq.0)
+                .arg(encode_record(r))
+                .arg(claim(&key))
+                .arg(r.created_at.0)
+                .arg(now.0)
+                .arg(COMMIT_AUX_TTL_MILLIS);
         }
         for (key, commit) in &commits {
             batch

@@ -2,8 +2,7 @@
 //!
 //! Every script answers a table whose first element is a status: `ok` (or another success
 //! status the caller knows), `conflict` → [`StoreError::Conflict`], `corrupt` →
-//! [`StoreError::CorruptEntry`], `notfound` → [`StoreError::NotFound`], `unseeded` →
-//! [`StoreError::InvariantViolation`] (seq counters must be re-seeded), each with a reason.
+//! [`StoreError::CorruptEntry`], `notfound` → [`StoreError::NotFound`], each with a reason.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -33,8 +32,10 @@ pub(super) static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(include
 pub(super) static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_trim.lua")));
 pub(super) static GC_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_gc_record.lua")));
-pub(super) static RELEASE_SEQ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_release_seq.lua")));
+pub(super) static LEASE_INSTALL: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/message_lease_install.lua")));
+pub(super) static LEASE_CHECK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/message_lease_check.lua")));
 
 /// The store's connection (multiplexed, self-reconnecting; clones share it) and a count of the
 /// round trips made through it, so tests and the benchmark can hold the step costs to account.
@@ -55,7 +56,7 @@ impl Link {
         self.manager.clone()
     }
 
-    /// A connection handle for a caller that counts nothing (bulk maintenance: seeding).
+    /// A connection handle for a caller that counts its own trips ([`run`]).
     pub(super) fn manager(&self) -> ConnectionManager {
         self.manager.clone()
     }
@@ -241,10 +242,6 @@ pub(super) fn status(what: &str, context: &dyn std::fmt::Display, value: Value) 
         "conflict" => Err(StoreError::Conflict(reason())),
         "corrupt" => Err(StoreError::CorruptEntry(reason())),
         "notfound" => Err(StoreError::NotFound(reason())),
-        "unseeded" => Err(StoreError::InvariantViolation(format!(
-            "{}; refusing to issue seqs until they are re-seeded from durable evidence",
-            reason()
-        ))),
         _ => Ok((status, rest)),
     }
 }

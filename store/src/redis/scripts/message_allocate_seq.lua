@@ -1,22 +1,37 @@
--- Issues the next seq of a conversation, unless Redis may have lost or rolled back the counter.
+-- Issues the next seq of a conversation within its lease of the durable high-water mark, or
+-- says what the caller must do first (DESIGN invariant 7; "Seq leases" in message.rs).
 --
--- KEYS[1]  the seq counter          <ns>:{c:<tenant><conv>}:seq
--- KEYS[2]  the seed marker of the counter's slot (see seeding.rs and seed_marker.lua)
--- KEYS[3]  the history index        <ns>:{c:<tenant><conv>}:idx
--- KEYS[4]  the hot-tier lower bound <ns>:{c:<tenant><conv>}:lowbound
--- KEYS[5]  the archived watermark   <ns>:{c:<tenant><conv>}:archived
+-- A request key is claimed with the seq it was issued: an attempt of the same key (a retry of a
+-- send still in flight, a send that crashed before its commit was written) gets that seq again
+-- instead of a new one, so retries leave no holes.
+--
+-- KEYS[1]  the seq counter           <ns>:{c:<tenant><conv>}:seq
+-- KEYS[2]  the lease                 <ns>:{c:<tenant><conv>}:lease       '<run_id>:<through>'
+-- KEYS[3]  the revalidation token    <ns>:{c:<tenant><conv>}:leasetoken
+-- KEYS[4]  the history index         <ns>:{c:<tenant><conv>}:idx
+-- KEYS[5]  the hot-tier lower bound  <ns>:{c:<tenant><conv>}:lowbound
+-- KEYS[6]  the archived watermark    <ns>:{c:<tenant><conv>}:archived
+-- KEYS[7]  the claims                <ns>:{c:<tenant><conv>}:claims      HASH claim -> '<seq>:<claimed_at ms>'
+-- KEYS[8]  the claims by time        <ns>:{c:<tenant><conv>}:claimtimes  ZSET score = claimed_at ms
+-- ARGV[1]  the claim: '<sender hex>:<client message id>'
+-- ARGV[2]  now, ms (the store's clock)
+-- ARGV[3]  how long a claim holds, ms
+-- ARGV[4]  a fresh token, in case a revalidation must begin
+-- ARGV[5]  how long a token holds, ms (Redis's clock: it only bounds a crashed holder)
+-- ARGV[6]  seqs left in the lease at or below which the caller should extend it early
 --
 -- Replies:
---   {'ok', seq}             the issued seq
---   {'unseeded', reason}    the slot's marker is missing or names another Redis process
---                           (restart, failover, restore: counters may have rolled back), or the
---                           counter is gone while the conversation still has history
---   {'corrupt', reason}     a stored number is not a number
+--   {'ok', seq, renew, through} the seq (a new one, or the claim's again) and the lease's end;
+--                               renew 1: extend the lease soon
+--   {'extend', through, counter} the lease is used up: raise the durable mark, then extend it
+--   {'revalidate', counter, floor, token}
+--                               the lease is missing or names another Redis process (restart,
+--                               failover, restore, flush) or the counter is gone: counters may
+--                               have rolled back. The caller now holds `token` and must restore,
+--                               read the durable mark and install a lease above it.
+--   {'wait'}                    another caller holds the revalidation token
+--   {'corrupt', reason}         a stored value is malformed
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-local marker = redis.call('GET', KEYS[2])
-if not marker or string.sub(marker, 1, #run + 1) ~= run .. ':' then
-  return {'unseeded', 'the seed marker of this slot is missing or names another Redis process (restart, failover or lost state since seeding)'}
-end
 local function number(key, what)
   local raw = redis.call('GET', key)
   if not raw then
@@ -30,22 +45,68 @@ local function number(key, what)
 end
 local counter, has_counter, bad = number(KEYS[1], 'seq counter')
 if bad then return bad end
-local low, has_low, bad_low = number(KEYS[4], 'hot-tier lower bound')
+local low, _, bad_low = number(KEYS[5], 'hot-tier lower bound')
 if bad_low then return bad_low end
-local archived, _, bad_archived = number(KEYS[5], 'archived watermark')
+local archived, _, bad_archived = number(KEYS[6], 'archived watermark')
 if bad_archived then return bad_archived end
-local top = redis.call('ZREVRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-local top_seq = 0
-if top[2] then
-  top_seq = tonumber(top[2])
+local top = redis.call('ZREVRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+local floor = math.max(tonumber(top[2] or '0'), low, archived)
+
+local through = nil
+local lease = redis.call('GET', KEYS[2])
+if lease then
+  local owner, value = string.match(lease, '^(%x+):(%d+)$')
+  if not owner then
+    return {'corrupt', 'lease ' .. lease .. ' is malformed'}
+  end
+  if owner == run and has_counter then
+    through = tonumber(value)
+  end
 end
-if not has_counter and (top_seq > 0 or has_low) then
-  return {'unseeded', 'the seq counter is gone while the conversation still has history'}
+if not through then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return {'wait'}
+  end
+  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
+  -- Claims made under a lost lease may name seqs Redis no longer remembers: the revalidation
+  -- restores the claims of durable records instead.
+  redis.call('DEL', KEYS[7], KEYS[8])
+  return {'revalidate', string.format('%d', counter), string.format('%d', floor), ARGV[4]}
 end
--- Never issue at or below what the conversation visibly holds (a counter rolled back while its
--- history survived, or a re-seed that raced an in-flight send).
-local floor = math.max(top_seq, low, archived)
+
+local now = tonumber(ARGV[2])
+local life = tonumber(ARGV[3])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[8], '-inf', string.format('%d', now - life), 'LIMIT', 0, 8)
+if #expired > 0 then
+  redis.call('HDEL', KEYS[7], unpack(expired))
+  redis.call('ZREM', KEYS[8], unpack(expired))
+end
+local claim = redis.call('HGET', KEYS[7], ARGV[1])
+if claim then
+  local seq, at = string.match(claim, '^(%d+):(%-?%d+)$')
+  if not seq then
+    return {'corrupt', 'claim ' .. claim .. ' is malformed'}
+  end
+  if tonumber(at) + life > now then
+    return {'ok', seq, 0, string.format('%d', through)}
+  end
+end
+-- Never issue at or below what the conversation visibly holds.
 if counter < floor then
-  redis.call('SET', KEYS[1], string.format('%d', floor))
+  counter = floor
 end
-return {'ok', redis.call('INCR', KEYS[1])}
+if counter + 1 > through then
+  return {'extend', string.format('%d', through), string.format('%d', counter)}
+end
+local seq = string.format('%d', counter + 1)
+redis.call('SET', KEYS[1], seq)
+redis.call('HSET', KEYS[7], ARGV[1], seq .. ':' .. ARGV[2])
+redis.call('ZADD', KEYS[8], ARGV[2], ARGV[1])
+-- An idle conversation's claims go with Redis's clock too (a safety net; validity is ARGV's).
+redis.call('PEXPIRE', KEYS[7], string.format('%d', 2 * life))
+redis.call('PEXPIRE', KEYS[8], string.format('%d', 2 * life))
+local renew = 0
+if through - (counter + 1) <= tonumber(ARGV[6]) then
+  renew = 1
+end
+return {'ok', seq, renew, string.format('%d', through)}

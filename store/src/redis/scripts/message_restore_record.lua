@@ -1,12 +1,19 @@
--- Restores one history record from qim.messages.v1 into the hot tier (rebuild after Redis lost
--- state). Writes nothing that could resurrect a removed record or overwrite another.
+-- Restores one history record into the hot tier (rebuilding a conversation after Redis lost
+-- state), with the claim of its request key while that claim would still hold. Writes nothing
+-- that could resurrect a removed record or overwrite another.
 --
 -- KEYS[1]  the history index   <ns>:{c:<tenant><conversation>}:idx  (ZSET, member = score = seq)
 -- KEYS[2]  the records         <ns>:{c:<tenant><conversation>}:rec  (HASH seq -> record blob)
 -- KEYS[3]  the hot-tier lower bound <ns>:{c:<tenant><conversation>}:lowbound (absent = 0)
 -- KEYS[4]  the expiry drain's tombstones <ns>:{c:<tenant><conversation>}:gcdone
+-- KEYS[5]  the claims          <ns>:{c:<tenant><conversation>}:claims      (see message_allocate_seq.lua)
+-- KEYS[6]  the claims by time  <ns>:{c:<tenant><conversation>}:claimtimes
 -- ARGV[1]  the seq, decimal
 -- ARGV[2]  the canonical record blob
+-- ARGV[3]  the record's claim: '<sender hex>:<client message id>'
+-- ARGV[4]  the record's created_at, ms
+-- ARGV[5]  now, ms (the store's clock)
+-- ARGV[6]  how long a claim holds, ms
 --
 -- Replies: {'restored'} | {'present'} (the same bytes were there) | {'removed', reason} (trimmed
 -- or drained: not written) | {'conflict', reason} (the seq holds another record) | {'corrupt', reason}
@@ -14,9 +21,19 @@ local seq = ARGV[1]
 if not string.match(seq, '^[1-9][0-9]*$') then
   return {'corrupt', 'seq ' .. seq .. ' is not a positive decimal'}
 end
+local function claim()
+  local life = tonumber(ARGV[6])
+  if tonumber(ARGV[4]) + life > tonumber(ARGV[5]) and redis.call('HEXISTS', KEYS[5], ARGV[3]) == 0 then
+    redis.call('HSET', KEYS[5], ARGV[3], seq .. ':' .. ARGV[4])
+    redis.call('ZADD', KEYS[6], ARGV[4], ARGV[3])
+    redis.call('PEXPIRE', KEYS[5], string.format('%d', 2 * life))
+    redis.call('PEXPIRE', KEYS[6], string.format('%d', 2 * life))
+  end
+end
 local existing = redis.call('HGET', KEYS[2], seq)
 if existing then
   if existing == ARGV[2] then
+    claim()
     return {'present'}
   end
   return {'conflict', 'seq ' .. seq .. ' already holds another record; refusing to overwrite it'}
@@ -33,4 +50,5 @@ if redis.call('SISMEMBER', KEYS[4], seq) == 1 then
 end
 redis.call('HSET', KEYS[2], seq, ARGV[2])
 redis.call('ZADD', KEYS[1], seq, seq)
+claim()
 return {'restored'}

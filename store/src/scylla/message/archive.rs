@@ -19,12 +19,21 @@
 //! index entry and the hot tier in agreement (history reads check that `expires_at` matches);
 //! [`archive_check`] refuses records whose expiry contradicts their class.
 //!
-//! A batch writes every record row first, then raises the `history_bucket` bound of every seq
-//! bucket it touches (reads skip buckets whose bound passed), then every index and expiry row, so
-//! a concurrent history read never meets an index entry without its record. Same values on every
-//! retry or replay: writing a batch twice leaves the same rows.
+//! A batch first reads the records already stored at its coordinates (one read per conversation
+//! and seq bucket): a record whose `(tenant, conversation, seq)` already holds a *different*
+//! record is refused and left out (DESIGN invariant 8: an archived message is never overwritten;
+//! the caller dead-letters it), as is a second, different record for the same coordinates
+//! within the batch. Then it writes every record row, then raises the `history_bucket` bound of
+//! every seq bucket it touches (reads skip buckets whose bound passed), then every index and
+//! expiry row (the index row carries the record's publication), so a concurrent history read
+//! never meets an index entry without its record. Same values on every retry or replay: writing
+//! a batch twice leaves the same rows. The check reads before it writes: two archivers writing
+//! different records at one seq at the same moment could still both land; what it rules out is
+//! any later record replacing an archived one.
 
-use futures_util::stream::{self, TryStreamExt};
+use std::collections::{BTreeMap, HashMap};
+
+use futures_util::stream::{self, StreamExt, TryStreamExt};
 use scylla::value::MaybeUnset;
 
 use super::buckets::{bound_of, seq_bucket};
@@ -33,9 +42,9 @@ use super::ScyllaMessageStore;
 use crate::codec::{encode_record, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, TenantId, UnixMillis};
-use crate::message::MessageRecord;
+use crate::message::{MessageRecord, PublishedRecord};
 use crate::retention::{RetentionClass, EPHEMERAL_MILLIS};
-use crate::scylla::cql::unavailable;
+use crate::scylla::cql::{corrupt, unavailable};
 use crate::scylla::schema::{hour_bucket, SEQ_BUCKET_SIZE};
 
 /// Expiry entries outlive their record by this much (as `put_record` writes them).
@@ -133,10 +142,13 @@ struct Row {
     seq: i64,
     blob: Vec<u8>,
     expires_at: Option<i64>,
+    partition: i32,
+    offset: i64,
 }
 
 impl Row {
-    fn new(record: &MessageRecord) -> StoreResult<Self> {
+    fn new(published: &PublishedRecord) -> StoreResult<Self> {
+        let record = &published.record;
         archive_check(record).map_err(|e| StoreError::InvalidInput(e.to_string()))?;
         Ok(Self {
             tenant: record.tenant.0,
@@ -145,7 +157,14 @@ impl Row {
             seq: u64_to_i64("conversation seq", record.seq.0)?,
             blob: encode_record(record),
             expires_at: record.expires_at.map(|at| at.0),
+            partition: published.publication.partition,
+            offset: published.publication.offset,
         })
+    }
+
+    /// Where the record's row lives: its partition and its clustering seq.
+    fn place(&self) -> ([u8; 16], [u8; 16], i64) {
+        (self.tenant, self.conversation, self.bucket)
     }
 
     /// The TTL a statement sent at `now` carries (0: no TTL). Taken per statement, just before
@@ -160,17 +179,46 @@ impl Row {
     }
 }
 
+/// A record [`ScyllaMessageStore::archive_records`] refused because its coordinates hold another
+/// record: refused forever (a consumer dead-letters it), the stored one left as it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiveConflict {
+    /// The record's position in the batch.
+    pub index: usize,
+    /// What differs, for the dead letter and the log.
+    pub detail: String,
+}
+
+/// What [`ScyllaMessageStore::archive_records`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ArchiveReport {
+    /// Records written (or rewritten with the same values).
+    pub written: usize,
+    /// Records refused: their coordinates hold another record.
+    pub conflicts: Vec<ArchiveConflict>,
+}
+
 impl ScyllaMessageStore {
     /// Writes `records` into the archive (see the module docs), with at most `concurrency`
-    /// statements in flight. Returns once every row is acknowledged at LOCAL_QUORUM.
+    /// statements in flight. Returns once every row is acknowledged at LOCAL_QUORUM, with the
+    /// records it refused because their coordinates hold a different record.
     ///
     /// Errors: `InvalidInput` when a record fails [`archive_check`] (nothing is written);
-    /// `Unavailable` when the server did not acknowledge a write (retry the whole batch: rows
-    /// already written are rewritten with the same values).
-    pub async fn archive_records(&self, records: &[MessageRecord], concurrency: usize) -> StoreResult<()> {
-        let records_in = records;
-        let rows = records.iter().map(Row::new).collect::<StoreResult<Vec<_>>>()?;
+    /// `Unavailable` when the server did not answer a read or acknowledge a write (retry the
+    /// whole batch: rows already written are rewritten with the same values).
+    pub async fn archive_records(&self, records: &[PublishedRecord], concurrency: usize) -> StoreResult<ArchiveReport> {
         let concurrency = concurrency.max(1);
+        let all = records.iter().map(Row::new).collect::<StoreResult<Vec<_>>>()?;
+        let conflicts = self.conflicts(&all, concurrency).await?;
+        let refused: std::collections::HashSet<usize> = conflicts.iter().map(|c| c.index).collect();
+        let (rows, records_in): (Vec<Row>, Vec<&MessageRecord>) = all
+            .into_iter()
+            .zip(records)
+            .enumerate()
+            .filter(|(i, _)| !refused.contains(i))
+            .map(|(_, (row, p))| (row, &p.record))
+            .unzip();
+        let written = rows.len();
         let rows = &rows;
         // Owned work items (row index, which statement): closures over borrowed tuples would
         // make the returned future's `Send` bound higher-ranked.
@@ -187,8 +235,9 @@ impl ScyllaMessageStore {
                     }
                     Step::Index => {
                         let expires = row.expires_at.map_or(MaybeUnset::Unset, MaybeUnset::Set);
-                        let values = (&row.tenant[..], &row.conversation[..], row.seq, expires, ttl);
-                        session.execute_unpaged(&st.insert_index, values).await
+                        let (t, c) = (&row.tenant[..], &row.conversation[..]);
+                        let values = (t, c, row.seq, expires, row.partition, row.offset, ttl);
+                        session.execute_unpaged(&st.insert_archived_index, values).await
                     }
                     Step::Expiry(at) => {
                         // Outlives the record by an hour: its second needs no care.
@@ -211,7 +260,7 @@ impl ScyllaMessageStore {
         stream::iter(records).try_for_each_concurrent(concurrency, write).await?;
         // History reads only visit buckets whose bound says something may be live there
         // (`buckets.rs`): raise each touched bucket's bound to its latest expiry first.
-        let mut bounds: std::collections::BTreeMap<([u8; 16], [u8; 16], i64), i64> = Default::default();
+        let mut bounds: BTreeMap<([u8; 16], [u8; 16], i64), i64> = Default::default();
         for (row, record) in rows.iter().zip(records_in) {
             let bound = bounds.entry((row.tenant, row.conversation, seq_bucket(row.seq))).or_insert(i64::MIN);
             *bound = (*bound).max(bound_of(record.expires_at));
@@ -225,7 +274,61 @@ impl ScyllaMessageStore {
             std::iter::once((i, Step::Index)).chain(row.expires_at.map(|at| (i, Step::Expiry(at))))
         });
         stream::iter(rest.map(Ok)).try_for_each_concurrent(concurrency, write).await?;
-        Ok(())
+        Ok(ArchiveReport { written, conflicts })
+    }
+
+    /// The rows of `rows` whose coordinates already hold another record (one read per
+    /// conversation and seq bucket), or whose coordinates an earlier row of the batch takes with
+    /// another record.
+    async fn conflicts(&self, rows: &[Row], concurrency: usize) -> StoreResult<Vec<ArchiveConflict>> {
+        let mut places: HashMap<([u8; 16], [u8; 16], i64), Vec<i64>> = HashMap::new();
+        for row in rows {
+            places.entry(row.place()).or_default().push(row.seq);
+        }
+        let read = |(place, seqs): (([u8; 16], [u8; 16], i64), Vec<i64>)| async move {
+            let (tenant, conversation, bucket) = place;
+            let what = format!("reading archived records of {}", ConversationId(conversation));
+            let rows = self
+                .inner
+                .session
+                .execute_unpaged(&self.inner.st.records_at, (&tenant[..], &conversation[..], bucket, seqs))
+                .await
+                .map_err(|e| unavailable(what.clone(), e))?
+                .into_rows_result()
+                .map_err(|e| corrupt(&what, e))?;
+            let found: Vec<(i64, Vec<u8>)> = rows
+                .rows::<(i64, Vec<u8>)>()
+                .map_err(|e| corrupt(&what, e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| corrupt(&what, e))?;
+            Ok::<_, StoreError>(found.into_iter().map(move |(seq, blob)| ((tenant, conversation, seq), blob)))
+        };
+        let mut stored: HashMap<([u8; 16], [u8; 16], i64), Vec<u8>> = HashMap::new();
+        let mut reads = stream::iter(places).map(read).buffer_unordered(concurrency);
+        while let Some(found) = reads.next().await {
+            stored.extend(found?);
+        }
+        let mut conflicts = Vec::new();
+        for (index, row) in rows.iter().enumerate() {
+            let at = (row.tenant, row.conversation, row.seq);
+            match stored.get(&at) {
+                Some(blob) if *blob != row.blob => conflicts.push(ArchiveConflict {
+                    index,
+                    detail: format!(
+                        "seq {} of {} already holds another record ({} bytes stored, {} offered)",
+                        row.seq,
+                        ConversationId(row.conversation),
+                        blob.len(),
+                        row.blob.len()
+                    ),
+                }),
+                Some(_) => {}
+                None => {
+                    stored.insert(at, row.blob.clone());
+                }
+            }
+        }
+        Ok(conflicts)
     }
 }
 

@@ -216,7 +216,7 @@ impl ScyllaMessageStore {
     }
 
     /// The record blobs of `seqs`, by seq (one range read per `seq_bucket` partition).
-    async fn fetch_records(
+    pub(super) async fn fetch_records(
         &self,
         tenant: TenantId,
         conversation: ConversationId,
@@ -363,7 +363,7 @@ impl ScyllaMessageStore {
 }
 
 /// Decodes the record found for index entry `seq` and checks it against the entry.
-fn check_record(
+pub(super) fn check_record(
     tenant: TenantId,
     conversation: ConversationId,
     seq: i64,

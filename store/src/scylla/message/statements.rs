@@ -37,6 +37,11 @@ pub(super) struct Statements {
     pub cas_seq: PreparedStatement,
     pub insert_record: PreparedStatement,
     pub insert_index: PreparedStatement,
+    pub insert_archived_index: PreparedStatement,
+    pub published_desc: PreparedStatement,
+    pub records_at: PreparedStatement,
+    pub select_high_water: PreparedStatement,
+    pub raise_high_water: PreparedStatement,
     pub insert_expiry: PreparedStatement,
     pub index_asc: PreparedStatement,
     pub index_desc: PreparedStatement,
@@ -239,6 +244,50 @@ impl Statements {
                 format!(
                     "INSERT INTO {ks}.history_index (tenant_id, conversation_id, conversation_seq, expires_at) \
                      VALUES (?, ?, ?, ?) USING TTL ?"
+                ),
+            )
+            .await?,
+            insert_archived_index: prepare(
+                session,
+                Upsert,
+                format!(
+                    "INSERT INTO {ks}.history_index (tenant_id, conversation_id, conversation_seq, expires_at, \
+                     published_partition, published_offset) VALUES (?, ?, ?, ?, ?, ?) USING TTL ?"
+                ),
+            )
+            .await?,
+            published_desc: prepare(
+                session,
+                Read,
+                format!(
+                    "SELECT conversation_seq, expires_at, published_partition, published_offset FROM \
+                     {ks}.history_index WHERE tenant_id = ? AND conversation_id = ? AND conversation_seq > ? \
+                     AND conversation_seq < ? ORDER BY conversation_seq DESC LIMIT ?"
+                ),
+            )
+            .await?,
+            records_at: prepare(
+                session,
+                Read,
+                format!(
+                    "SELECT conversation_seq, record_blob FROM {ks}.message_record WHERE tenant_id = ? AND \
+                     conversation_id = ? AND seq_bucket = ? AND conversation_seq IN ?"
+                ),
+            )
+            .await?,
+            select_high_water: prepare(
+                session,
+                Read,
+                format!("SELECT high_water FROM {ks}.seq_high_water WHERE tenant_id = ? AND conversation_id = ?"),
+            )
+            .await?,
+            // The mark is its own write timestamp, so the highest raise wins whatever the order.
+            raise_high_water: prepare(
+                session,
+                Upsert,
+                format!(
+                    "UPDATE {ks}.seq_high_water USING TIMESTAMP ? SET high_water = ? WHERE tenant_id = ? AND \
+                     conversation_id = ?"
                 ),
             )
             .await?,

@@ -96,21 +96,23 @@ async fn world(kind: &str, args: &Args) -> anyhow::Result<World> {
     for r in admin.create_topics(&new, &AdminOptions::new()).await.context("creating the benchmark topics")? {
         r.map_err(|(t, e)| anyhow::anyhow!("creating topic {t}: {e}"))?;
     }
+    // A keyspace either way: the mailboxes' on Scylla, the durable membership table on Redis.
+    let hosts: Vec<String> = args.scylla_hosts.split(',').map(str::to_owned).collect();
+    let probe = ScyllaConfig { hosts, keyspace: name.clone(), local_dc: String::new(), replication_factor: 1 };
+    let session = open_session(&ScyllaConfig { local_dc: "datacenter1".into(), ..probe.clone() }).await?;
+    let (dc,) = session
+        .query_unpaged("SELECT data_center FROM system.local", &[])
+        .await?
+        .into_rows_result()?
+        .single_row::<(String,)>()?;
+    let keyspace = ScyllaConfig { local_dc: dc, ..probe };
+    migrate(&session, &keyspace).await.context("migrating the benchmark keyspace")?;
     let backend = match kind {
-        "redis" => Backend::Redis(RedisConfig { url: args.redis_url.clone(), namespace: name.clone() }),
-        _ => {
-            let hosts: Vec<String> = args.scylla_hosts.split(',').map(str::to_owned).collect();
-            let probe = ScyllaConfig { hosts, keyspace: name.clone(), local_dc: String::new(), replication_factor: 1 };
-            let session = open_session(&ScyllaConfig { local_dc: "datacenter1".into(), ..probe.clone() }).await?;
-            let (dc,) = session
-                .query_unpaged("SELECT data_center FROM system.local", &[])
-                .await?
-                .into_rows_result()?
-                .single_row::<(String,)>()?;
-            let config = ScyllaConfig { local_dc: dc, ..probe };
-            migrate(&session, &config).await.context("migrating the benchmark keyspace")?;
-            Backend::Scylla(config)
-        }
+        "redis" => Backend::Redis {
+            redis: RedisConfig { url: args.redis_url.clone(), namespace: name.clone() },
+            members: keyspace,
+        },
+        _ => Backend::Scylla(keyspace),
     };
     Ok(World { kafka, backend })
 }
@@ -122,18 +124,18 @@ async fn cleanup(w: &World) {
         let topics = [w.kafka.messages_topic.as_str(), w.kafka.dispatch_topic.as_str(), w.kafka.dlq_topic.as_str()];
         let _ = admin.delete_topics(&topics, &AdminOptions::new()).await;
     }
-    match &w.backend {
-        Backend::Scylla(c) => {
-            if let Ok(s) = open_session(c).await {
-                if let Err(e) = s.query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", c.keyspace), &[]).await {
-                    eprintln!("warning: could not drop benchmark keyspace {}: {e}", c.keyspace);
-                }
-            }
-        }
-        Backend::Redis(c) => {
+    let keyspace = match &w.backend {
+        Backend::Scylla(c) => c,
+        Backend::Redis { redis: c, members } => {
             if let Err(e) = unlink_namespace(c).await {
                 eprintln!("warning: could not remove benchmark keys of {}: {e}", c.namespace);
             }
+            members
+        }
+    };
+    if let Ok(s) = open_session(keyspace).await {
+        if let Err(e) = s.query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", keyspace.keyspace), &[]).await {
+            eprintln!("warning: could not drop benchmark keyspace {}: {e}", keyspace.keyspace);
         }
     }
 }
@@ -361,7 +363,7 @@ async fn best_raw(
     let mut best: Option<(Measurement, usize)> = None;
     for concurrency in [args.concurrency, args.concurrency * 4] {
         let m = match (kind, &w.backend) {
-            ("redis", Backend::Redis(c)) => raw_redis(c, tenant, users, entries, concurrency).await?,
+            ("redis", Backend::Redis { redis: c, .. }) => raw_redis(c, tenant, users, entries, concurrency).await?,
             (_, Backend::Scylla(c)) => raw_scylla(c, tenant, users, entries, concurrency).await?,
             _ => bail!("backend mismatch"),
         };

@@ -213,8 +213,11 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let namespace = format!("qimbench{}", std::process::id());
     let config = RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() };
     let policy = RetentionPolicy::with_default_days(30)?;
-    let store = Arc::new(RedisMessageStore::open(&config, policy, Arc::new(SystemClock)).await?);
-    store.reseed(&[]).await?;
+    // The high-water marks in process memory: this path measures the Redis steps (the writer
+    // benchmark's path raises them in the archive, once per lease block).
+    let marks = Arc::new(qim_store::memory::MemorySeqHighWater::new());
+    let store = RedisMessageStore::open(&config, policy, Arc::new(SystemClock)).await?;
+    let store = Arc::new(store.with_seq_leases(qim_store::redis::SeqLeases::new(marks)));
     let tenant = TenantId([9; 16]);
     let warm = Args { count: (args.concurrency as u64) * 20, ..args.clone() };
     store_path(Arc::clone(&store), &warm, tenant, 10_000_000).await?;

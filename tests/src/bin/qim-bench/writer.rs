@@ -255,6 +255,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         },
         kafka_brokers: brokers.clone(),
         messages_topic: topic.clone(),
+        archiver_group: format!("{topic}.archiver"),
+        seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
         policy: RetentionPolicy::with_default_days(30)?,
         hot_window_days: 7,
         http_addr: "127.0.0.1:0".parse()?,

@@ -1,0 +1,389 @@
+//! Seq leases: how the hot tier issues seqs that no Redis loss can make it issue again (DESIGN
+//! invariant 7).
+//!
+//! # The rule
+//!
+//! Every seq Redis issues in a conversation is at or below the conversation's durable
+//! high-water mark ([`SeqHighWater`], outside Redis, no TTL, only moving up). Redis holds a
+//! *lease*: `<run_id>:<through>`, the Redis process it was installed in and the highest seq it
+//! may issue. The mark is raised to `through` *before* the lease is installed, so the rule
+//! holds whatever Redis later loses. Allocation (`message_allocate_seq.lua`) issues only within
+//! a lease that names the Redis process now serving and whose counter exists; anything else
+//! (a flush, a restart, a restore of an older snapshot, a failover to a replica that missed
+//! writes, deleted keys) makes the lease invalid for that conversation alone, and its next send
+//! revalidates it. Other conversations keep their leases and go on.
+//!
+//! # Extending (the steady state)
+//!
+//! A lease that is running out (half a block left) is extended in the background: raise the
+//! mark to `through + block`, then move the lease's end (`message_lease_install.lua`, mode
+//! `extend`, which refuses if the lease stopped being valid meanwhile). A send that finds the
+//! lease used up does the same and waits for it: one durable write per block of seqs.
+//!
+//! # Revalidating (after a loss, or a conversation's first send)
+//!
+//! 1. Allocation hands out a *token* (a random value with a Redis TTL) and deletes the
+//!    conversation's claims; without a valid lease nothing is issued there until step 4.
+//! 2. Read the mark `D`. A conversation whose mark is 0 never had a seq issued: nothing to
+//!    restore. Otherwise its recent records are written back from where they are durable
+//!    ([`RecentRecords`]: the archive and the topic's unarchived tail), newest first, with their
+//!    COMMITTED commits and claims (so a retry of an acknowledged send gets its first answer),
+//!    never overwriting anything ([`RedisMessageStore::restore_records`]).
+//! 3. Raise the mark to `max(D, counter, history) + block`.
+//! 4. Install (mode `revalidate`): only while the token is still the caller's, which proves no
+//!    seq was issued since step 1; the counter restarts at `max(counter, D, history)`. Every
+//!    seq ever issued is at or below `D` (the mark read after the token was taken), so none is
+//!    issued twice. The seqs between the last one a client saw and `D` stay holes (at most a
+//!    block per loss; counted as `qim_store_seq_lease_skipped_total`).
+//!
+//! Steps 2–3 touch only the durable stores; a failure there leaves the token to expire and the
+//! next send to start again. Two revalidations of one conversation never run at once: the
+//! second caller waits for the token (`wait`), then allocates under the new lease.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use metrics::counter;
+
+use super::hot_tier::reply_number;
+use super::keys::claim;
+use super::restore::RestoreReport;
+use super::scripts::{answered, bytes, invoke, status, Batch, Reply, ALLOCATE_SEQ, LEASE_CHECK, LEASE_INSTALL};
+use super::{RedisMessageStore, MAX_SEQ};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis};
+use crate::message::CommitKey;
+use crate::message::PublishedRecord;
+use crate::message_store::COMMIT_AUX_TTL_MILLIS;
+use crate::metrics::{COMMITS_RESTORED, RECORDS_RESTORED, SEQ_LEASES, SEQ_LEASE_SKIPPED};
+use crate::seq_high_water::SeqHighWater;
+
+/// Seqs a lease covers unless configured otherwise: after a Redis loss a conversation skips at
+/// most this many; in the steady state it costs one durable write per this many sends.
+pub const DEFAULT_LEASE_BLOCK: u64 = 64;
+
+/// How long a revalidation token holds (Redis's clock): a crashed revalidation blocks its
+/// conversation at most this long.
+const TOKEN_MILLIS: u64 = 60_000;
+
+/// Records written back per restore batch (two Redis round trips each).
+const RESTORE_BATCH: usize = 512;
+
+/// Where a conversation's recent records are durable outside Redis, for rebuilding its hot tier
+/// when a revalidation finds Redis lost state.
+#[async_trait]
+pub trait RecentRecords: Send + Sync {
+    /// Records of the conversation that were published to `qim.messages.v1`: every one created
+    /// at or after `since`, and every one with a seq above the oldest of those, each with the
+    /// partition and offset it was published at. Any order; a record may appear twice.
+    async fn recent_records(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        since: UnixMillis,
+    ) -> StoreResult<Vec<PublishedRecord>>;
+}
+
+/// What a store issuing seqs needs: the durable mark, the block size, and (in a deployment)
+/// where recent records can be restored from.
+#[derive(Clone)]
+pub struct SeqLeases {
+    high_water: Arc<dyn SeqHighWater>,
+    recent: Option<Arc<dyn RecentRecords>>,
+    block: u64,
+}
+
+impl SeqLeases {
+    /// Leases of [`DEFAULT_LEASE_BLOCK`] seqs from `high_water`, restoring nothing after a loss.
+    pub fn new(high_water: Arc<dyn SeqHighWater>) -> Self {
+        Self { high_water, recent: None, block: DEFAULT_LEASE_BLOCK }
+    }
+
+    /// Leases of `block` seqs (at least 2, so half a block is left to extend early).
+    pub fn with_block(mut self, block: u64) -> Self {
+        self.block = block.max(2);
+        self
+    }
+
+    /// Restores a conversation's recent records from `recent` when a revalidation finds that
+    /// the conversation had seqs issued before.
+    pub fn with_recent_records(mut self, recent: Arc<dyn RecentRecords>) -> Self {
+        self.recent = Some(recent);
+        self
+    }
+}
+
+/// What one allocation answered.
+pub(super) enum Allocation {
+    /// A seq: new, or the claim's again. `through` is the lease's end; `renew`: extend it soon.
+    Issued { seq: ConversationSeq, through: u64, renew: bool },
+    /// The lease is used up at `through`.
+    Extend { through: u64 },
+    /// The lease is invalid; the caller holds `token`.
+    Revalidate { counter: u64, floor: u64, token: String },
+    /// Another caller revalidates.
+    Wait,
+}
+
+/// Conversations whose lease an early extension is under way for (one at a time each).
+#[derive(Default)]
+pub(super) struct Renewals(Mutex<HashSet<(TenantId, ConversationId)>>);
+
+impl Renewals {
+    fn begin(&self, conversation: (TenantId, ConversationId)) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert(conversation)
+    }
+
+    fn end(&self, conversation: (TenantId, ConversationId)) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&conversation);
+    }
+}
+
+fn text(value: Option<&redis::Value>) -> Option<String> {
+    value.and_then(bytes).and_then(|b| std::str::from_utf8(b).ok()).map(str::to_owned)
+}
+
+impl RedisMessageStore {
+    /// Lets this store lease seqs from `leases` (see the module docs). Without leases it can not
+    /// install or extend a lease, so `reserve` refuses (`InvariantViolation`) wherever no valid
+    /// lease is left, though it still answers replays.
+    pub fn with_seq_leases(mut self, leases: SeqLeases) -> Self {
+        self.leases = Some(Arc::new(leases));
+        self
+    }
+
+    fn leases(&self) -> StoreResult<&Arc<SeqLeases>> {
+        self.leases.as_ref().ok_or_else(|| {
+            StoreError::InvariantViolation(
+                "this Redis store has no durable seq high-water mark configured, so it issues no seqs".to_owned(),
+            )
+        })
+    }
+
+    /// The conversation keys the lease scripts take, in their order.
+    fn lease_keys(&self, tenant: TenantId, conversation: ConversationId) -> [String; 6] {
+        [
+            self.keys.seq(tenant, conversation),
+            self.keys.lease(tenant, conversation),
+            self.keys.lease_token(tenant, conversation),
+            self.keys.index(tenant, conversation),
+            self.keys.lower_bound(tenant, conversation),
+            self.keys.archived(tenant, conversation),
+        ]
+    }
+
+    /// Adds to `batch` the allocation of a seq for `key` in `conversation` at `now`
+    /// (`message_allocate_seq.lua`); [`Self::allocation`] reads its reply.
+    pub(super) fn allocate_seq(
+        &self,
+        batch: &mut Batch,
+        key: &CommitKey,
+        conversation: ConversationId,
+        now: UnixMillis,
+    ) {
+        let tenant = key.tenant;
+        let [seq, lease, token, index, low, archived] = self.lease_keys(tenant, conversation);
+        let claims = self.keys.claims(tenant, conversation);
+        let times = self.keys.claim_times(tenant, conversation);
+        let block = self.leases.as_ref().map_or(DEFAULT_LEASE_BLOCK, |l| l.block);
+        batch
+            .script(&ALLOCATE_SEQ, &[&seq, &lease, &token, &index, &low, &archived, &claims, &times])
+            .arg(claim(key))
+            .arg(now.0)
+            .arg(COMMIT_AUX_TTL_MILLIS)
+            .arg(fresh_token())
+            .arg(TOKEN_MILLIS)
+            .arg(block / 2);
+    }
+
+    /// The outcome of an allocation added by [`Self::allocate_seq`].
+    pub(super) fn allocation(&self, conversation: ConversationId, reply: Reply) -> StoreResult<Allocation> {
+        let reply = answered("allocating a conversation seq", reply)?;
+        let (outcome, rest) = status("message_allocate_seq", &format_args!("conversation {conversation}"), reply)?;
+        let number = |i: usize| reply_number("message_allocate_seq", rest.get(i));
+        match outcome.as_str() {
+            "ok" => {
+                let seq = number(0)?;
+                if !(1..=MAX_SEQ).contains(&seq) {
+                    return Err(StoreError::InvariantViolation(format!(
+                        "conversation {conversation} issued seq {seq}, outside 1..={MAX_SEQ}"
+                    )));
+                }
+                Ok(Allocation::Issued { seq: ConversationSeq(seq), renew: number(1)? == 1, through: number(2)? })
+            }
+            "extend" => Ok(Allocation::Extend { through: number(0)? }),
+            "revalidate" => {
+                let token = text(rest.get(2)).ok_or_else(|| {
+                    StoreError::InvariantViolation("message_allocate_seq: 'revalidate' without a token".to_owned())
+                })?;
+                Ok(Allocation::Revalidate { counter: number(0)?, floor: number(1)?, token })
+            }
+            "wait" => Ok(Allocation::Wait),
+            other => {
+                Err(StoreError::InvariantViolation(format!("message_allocate_seq: unexpected script status {other:?}")))
+            }
+        }
+    }
+
+    /// Does what an allocation that issued nothing asked for, so the next one can issue.
+    pub(super) async fn prepare_lease(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        allocation: Allocation,
+    ) -> StoreResult<()> {
+        match allocation {
+            Allocation::Issued { .. } => Ok(()),
+            Allocation::Extend { through } => {
+                counter!(SEQ_LEASES, "step" => "extend_blocking").increment(1);
+                self.extend(tenant, conversation, through).await
+            }
+            Allocation::Revalidate { counter, floor, token } => {
+                self.revalidate(tenant, conversation, counter, floor, &token).await
+            }
+            Allocation::Wait => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(())
+            }
+        }
+    }
+
+    /// Extends the lease early, in the background (at most one extension per conversation at a
+    /// time; a failure is logged and the send that runs out waits for its own extension).
+    pub(super) fn renew_soon(&self, tenant: TenantId, conversation: ConversationId, through: u64) {
+        if !self.renewals.begin((tenant, conversation)) {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move {
+            counter!(SEQ_LEASES, "step" => "extend_early").increment(1);
+            if let Err(e) = store.extend(tenant, conversation, through).await {
+                tracing::warn!(%conversation, error = %e, "extending a seq lease early failed");
+            }
+            store.renewals.end((tenant, conversation));
+        });
+    }
+
+    /// Raises the mark to `through + block`, then moves the lease's end there.
+    async fn extend(&self, tenant: TenantId, conversation: ConversationId, through: u64) -> StoreResult<()> {
+        let leases = self.leases()?;
+        let target = checked_end(conversation, through, leases.block)?;
+        leases.high_water.raise_high_water(tenant, conversation, ConversationSeq(target)).await?;
+        let keys = self.lease_keys(tenant, conversation);
+        let mut invocation = LEASE_INSTALL.prepare_invoke();
+        for k in &keys {
+            invocation.key(k);
+        }
+        invocation.arg("extend").arg(target);
+        let reply = invoke(&self.con, "extending a seq lease", &invocation).await?;
+        // 'retry': the lease stopped being valid meanwhile; the next allocation revalidates.
+        status("message_lease_install", &format_args!("conversation {conversation}"), reply).map(drop)
+    }
+
+    /// Steps 2–4 of a revalidation (see the module docs), holding `token`.
+    async fn revalidate(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        counter_seen: u64,
+        floor_seen: u64,
+        token: &str,
+    ) -> StoreResult<()> {
+        let leases = self.leases()?;
+        let mark = leases.high_water.high_water(tenant, conversation).await?.0;
+        let restored = match (&leases.recent, mark) {
+            (Some(recent), 1..) => Some(self.restore_recent(recent.as_ref(), tenant, conversation).await?),
+            _ => None,
+        };
+        let start = mark.max(counter_seen).max(floor_seen);
+        let target = checked_end(conversation, start, leases.block)?;
+        leases.high_water.raise_high_water(tenant, conversation, ConversationSeq(target)).await?;
+        let keys = self.lease_keys(tenant, conversation);
+        let mut invocation = LEASE_INSTALL.prepare_invoke();
+        for k in &keys {
+            invocation.key(k);
+        }
+        invocation.arg("revalidate").arg(target).arg(token).arg(mark);
+        let reply = invoke(&self.con, "installing a seq lease", &invocation).await?;
+        let (outcome, rest) = status("message_lease_install", &format_args!("conversation {conversation}"), reply)?;
+        if outcome != "ok" {
+            tracing::info!(%conversation, reason = ?text(rest.first()), "seq lease revalidation raced; allocating again");
+            return Ok(());
+        }
+        let installed_at = reply_number("message_lease_install", rest.first())?;
+        let skipped = installed_at.saturating_sub(counter_seen.max(floor_seen));
+        counter!(SEQ_LEASES, "step" => if mark == 0 { "first" } else { "revalidated" }).increment(1);
+        counter!(SEQ_LEASE_SKIPPED).increment(skipped);
+        if mark > 0 {
+            let (records, commits) = restored.map_or((0, 0), |r| (r.restored, r.commits_restored));
+            tracing::info!(
+                %conversation,
+                high_water = mark,
+                counter = counter_seen,
+                resumes_after = installed_at,
+                lease_through = target,
+                records_restored = records,
+                commits_restored = commits,
+                "seq lease revalidated after redis lost state"
+            );
+        }
+        Ok(())
+    }
+
+    /// Writes the conversation's recent records back, newest first (so the hot tier holds a
+    /// suffix of the history at every moment).
+    async fn restore_recent(
+        &self,
+        recent: &dyn RecentRecords,
+        tenant: TenantId,
+        conversation: ConversationId,
+    ) -> StoreResult<RestoreReport> {
+        let now = self.clock.now();
+        let mut records =
+            recent.recent_records(tenant, conversation, UnixMillis(now.0 - COMMIT_AUX_TTL_MILLIS)).await?;
+        if let Some(stray) = records.iter().find(|p| p.record.tenant != tenant || p.record.conversation != conversation)
+        {
+            return Err(StoreError::InvariantViolation(format!(
+                "recent records of {conversation} include seq {} of {}",
+                stray.record.seq, stray.record.conversation
+            )));
+        }
+        records.sort_by(|a, b| b.record.seq.cmp(&a.record.seq).then(b.publication.offset.cmp(&a.publication.offset)));
+        records.dedup_by(|a, b| a.record == b.record);
+        let window_start = self.trim_window_millis.map_or(UnixMillis(i64::MIN), |w| UnixMillis(now.0 - w));
+        let mut report = RestoreReport::default();
+        for batch in records.chunks(RESTORE_BATCH) {
+            report.add(self.restore_records(batch, window_start).await?);
+        }
+        for reason in &report.conflicts {
+            tracing::error!(%conversation, %reason, "a durable record conflicts with the hot tier; left as it was");
+        }
+        counter!(RECORDS_RESTORED).increment(report.restored as u64);
+        counter!(COMMITS_RESTORED).increment(report.commits_restored as u64);
+        Ok(report)
+    }
+
+    /// Whether the conversation's hot tier holds everything Redis was given since its lease was
+    /// installed (`false` after Redis lost state, until the conversation's next send
+    /// revalidated it): history readers trust the hot tier alone only then.
+    pub async fn hot_tier_trusted(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<bool> {
+        let mut invocation = LEASE_CHECK.key(self.keys.seq(tenant, conversation));
+        invocation.key(self.keys.lease(tenant, conversation));
+        let reply = invoke(&self.con, "checking a seq lease", &invocation).await?;
+        Ok(matches!(reply, redis::Value::Int(1)))
+    }
+}
+
+/// `start + block`, if it stays within the seqs this backend can issue.
+fn checked_end(conversation: ConversationId, start: u64, block: u64) -> StoreResult<u64> {
+    start.checked_add(block).filter(|end| *end <= MAX_SEQ).ok_or_else(|| {
+        StoreError::InvariantViolation(format!("conversation {conversation} has used up its seqs (at {start})"))
+    })
+}
+
+/// A random revalidation token.
+fn fresh_token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}

@@ -1,0 +1,36 @@
+-- Fills (part of) a conversation's member cache from the durable membership table, unless the
+-- membership changed since the reader took the generation (then the reader's copy may be
+-- stale: nothing is written).
+--
+-- KEYS[1]  the cached members   ZSET
+-- KEYS[2]  the cache marker     '<run_id>'
+-- KEYS[3]  the generation
+-- ARGV[1]  the generation the reader saw (before it read the durable table)
+-- ARGV[2]  'first' (replace the set), 'more' (add), or 'last' (add, then mark valid); 'only' = first and last
+-- ARGV[3]  the marker's TTL, ms
+-- ARGV[4..] members (16-byte user ids)
+--
+-- Replies: {'filled'} | {'raced'}
+if (redis.call('GET', KEYS[3]) or '0') ~= ARGV[1] then
+  return {'raced'}
+end
+local part = ARGV[2]
+if part == 'first' or part == 'only' then
+  redis.call('DEL', KEYS[1], KEYS[2])
+end
+for i = 4, #ARGV, 500 do
+  local batch = {}
+  for j = i, math.min(i + 499, #ARGV) do
+    table.insert(batch, 0)
+    table.insert(batch, ARGV[j])
+  end
+  redis.call('ZADD', KEYS[1], unpack(batch))
+end
+if part == 'last' or part == 'only' then
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  redis.call('SET', KEYS[2], run, 'PX', ARGV[3])
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+end
+return {'filled'}
