@@ -92,6 +92,8 @@ pub struct ArchiverConfig {
     pub http_addr: SocketAddr,
     /// Log filter.
     pub log: String,
+    /// How long start-up steps may keep retrying their servers.
+    pub startup_timeout: Duration,
 }
 
 fn in_range(s: &Settings, name: &str, lo: u64, hi: u64) -> Result<u64, String> {
@@ -138,6 +140,7 @@ impl ArchiverConfig {
             trim_interval: secs("QIM_ARCHIVER_TRIM_INTERVAL_SECS")?,
             http_addr: s.parse("QIM_ARCHIVER_HTTP_ADDR")?,
             log: s.required("QIM_LOG")?.to_owned(),
+            startup_timeout: s.startup_timeout()?,
         })
     }
 

@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use metrics::{counter, histogram};
-use qim_store::ids::UnixMillis;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis};
 use qim_store::message::{MessageRecord, PublishedRecord};
 use qim_store::scylla::ScyllaMessageStore;
+use qim_store::SeqHighWater;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::{PartitionBatch, Poison};
@@ -95,6 +96,8 @@ pub struct Processor {
     watermarks: Option<Arc<Watermarks>>,
     write_concurrency: usize,
     health: Arc<Health>,
+    /// Whether archiving a record also raises its conversation's seq high-water mark (replay).
+    raise_high_water: bool,
 }
 
 impl Processor {
@@ -106,7 +109,16 @@ impl Processor {
         watermarks: Option<Arc<Watermarks>>,
         write_concurrency: usize,
     ) -> Self {
-        Self { archive, dead_letters, watermarks, write_concurrency, health: Arc::default() }
+        Self { archive, dead_letters, watermarks, write_concurrency, health: Arc::default(), raise_high_water: false }
+    }
+
+    /// Also raises each archived conversation's durable seq high-water mark to its highest
+    /// archived seq: what a replay into a lost keyspace does, so the marks the writer leases
+    /// from come back with the records (DESIGN invariant 7). Normal consumption needs none of
+    /// it: the writer raised every mark before it issued the seqs.
+    pub fn raising_high_water(mut self) -> Self {
+        self.raise_high_water = true;
+        self
     }
 
     /// The health the processor reports.
@@ -149,6 +161,9 @@ impl Processor {
                 }
             }
             counter!(RECORDS, "outcome" => "archived").increment(report.written as u64);
+            if self.raise_high_water {
+                self.raise_marks(batch).await?;
+            }
         }
         progress.archived = true;
         // Tests park a batch here (rows durable, offset not stored) to kill the process.
@@ -175,6 +190,22 @@ impl Processor {
         }
         progress.watermarked = true;
         crash_point("archiver::after_watermark");
+        Ok(())
+    }
+
+    /// Raises the high-water mark of every conversation of `batch` to its highest seq there.
+    async fn raise_marks(&self, batch: &PartitionBatch) -> Result<(), Failure> {
+        let mut highest: std::collections::HashMap<(TenantId, ConversationId), ConversationSeq> = Default::default();
+        for v in &batch.valid {
+            let seq = highest.entry((v.record.tenant, v.record.conversation)).or_insert(v.record.seq);
+            *seq = (*seq).max(v.record.seq);
+        }
+        for ((tenant, conversation), seq) in highest {
+            self.archive.raise_high_water(tenant, conversation, seq).await.map_err(|e| match e.kind().is_retryable() {
+                true => Failure::Transient { step: "high_water", error: e.to_string() },
+                false => Failure::Fatal(format!("raising a seq high-water mark: {e}")),
+            })?;
+        }
         Ok(())
     }
 

@@ -9,7 +9,10 @@
 //!
 //! A replay writes exactly what the consumer writes (same rows, same values; TTLs computed again
 //! from each record's own expiry, so they still end at the original moment and an expired record
-//! gets 1 s, never a new life), and raises archived watermarks the same way. It uses its own
+//! gets 1 s, never a new life), and raises archived watermarks the same way. It also raises each
+//! conversation's durable seq high-water mark to its highest replayed seq, so a keyspace rebuilt
+//! from the topic gets back the marks the writer leases seqs from (they have no TTL; without a
+//! replay a lost keyspace would lose them). It uses its own
 //! assignment: no consumer group, no offset commits, so the running archivers are undisturbed.
 //! Poison records are counted and logged, not dead-lettered again (the consumer did that when
 //! it first met them). Transient failures retry with backoff; Ctrl-C stops with the count so far.
@@ -170,7 +173,7 @@ pub async fn replay(
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let archive = open_archive(config, clock.clone()).await?;
     let watermarks = open_hot_tier(config, &archive, clock).await?.map(|(_, w)| w);
-    let processor = Processor::new(archive, None, watermarks, config.batch.write_concurrency);
+    let processor = Processor::new(archive, None, watermarks, config.batch.write_concurrency).raising_high_water();
     let group = format!("{}-replay", config.group);
     let consumer = Arc::new(replay_consumer(&config.kafka_brokers, &group).context("creating the replay consumer")?);
     let plan = plan(consumer.clone(), config.messages_topic.clone(), start).await?;

@@ -1,5 +1,6 @@
 //! `qim-archiver run`: startup in order (archive connect/prepare → readiness → hot tier →
-//! Kafka topics → consumer), the background loops, the operational HTTP endpoints, and
+//! Kafka topics → consumer, each step retried while its server is unavailable, until the
+//! start-up deadline), the background loops, the operational HTTP endpoints, and
 //! graceful shutdown.
 //!
 //! Shutdown (SIGTERM/SIGINT or the token): the consumer stops receiving, the batch being written
@@ -12,11 +13,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use qim_store::clock::{Clock, SystemClock};
 use qim_store::redis::{ArchiveGaps, RedisMessageStore};
 use qim_store::scylla::ScyllaMessageStore;
 use qim_store::service::http::{operational_routes, ReadinessCheck};
+use qim_store::service::startup::{open_scylla_messages, Startup, Unreachable};
 use qim_store::service::telemetry;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -50,15 +52,7 @@ impl RunningArchiver {
 
 /// The archive, connected and prepared, with its schema checked.
 pub async fn open_archive(config: &ArchiverConfig, clock: Arc<dyn Clock>) -> anyhow::Result<ScyllaMessageStore> {
-    let ks = &config.scylla.keyspace;
-    let archive = ScyllaMessageStore::connect(&config.scylla, config.policy, clock)
-        .await
-        .with_context(|| format!("connecting to scylla keyspace {ks} (run `qim-archiver migrate` first?)"))?;
-    let readiness = archive.readiness().await.context("reading the scylla schema")?;
-    if !readiness.is_ready() {
-        bail!("scylla keyspace {ks} is not ready: {readiness:?}; run `qim-archiver migrate`");
-    }
-    Ok(archive)
+    open_scylla_messages(&config.scylla, config.policy, clock, "qim-archiver migrate").await
 }
 
 /// The hot tier (trim owner) and the watermarks over it and `archive`, in Redis mode.
@@ -86,18 +80,24 @@ pub async fn start(config: ArchiverConfig, shutdown: CancellationToken) -> anyho
     let metrics = telemetry::install_metrics();
     crate::metrics::describe();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let archive = open_archive(&config, clock.clone()).await?;
-    let hot_tier = open_hot_tier(&config, &archive, clock).await?;
+    let startup = Startup::new(config.startup_timeout);
+    let archive = startup.step("connecting to the scylla archive", || open_archive(&config, clock.clone())).await?;
+    let hot_tier =
+        startup.step("connecting to the redis hot tier", || open_hot_tier(&config, &archive, clock.clone())).await?;
     let dead_letters = Arc::new(
         DeadLetters::new(&config.kafka_brokers, &config.dlq_topic, &config.messages_topic)
             .map_err(anyhow::Error::msg)?,
     );
     for topic in [&config.messages_topic, &config.dlq_topic] {
-        dead_letters
-            .check_topic(topic, KAFKA_CHECK_TIMEOUT)
-            .await
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("checking kafka at {}", config.kafka_brokers))?;
+        startup
+            .step(&format!("checking kafka topic {topic}"), || async {
+                dead_letters
+                    .check_topic(topic, KAFKA_CHECK_TIMEOUT)
+                    .await
+                    .map_err(|e| anyhow::Error::new(Unreachable(e)))
+                    .with_context(|| format!("checking kafka at {}", config.kafka_brokers))
+            })
+            .await?;
     }
     let rebalances = Arc::new(Rebalances::default());
     let context = ArchiverContext::new(&config.messages_topic, rebalances.clone());

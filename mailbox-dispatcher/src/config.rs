@@ -145,6 +145,8 @@ pub struct DispatcherConfig {
     pub api_token: Option<String>,
     /// Log filter.
     pub log: String,
+    /// How long start-up steps may keep retrying their servers.
+    pub startup_timeout: Duration,
 }
 
 impl DispatcherConfig {
@@ -198,6 +200,7 @@ impl DispatcherConfig {
             http_addr: s.parse("QIM_DISPATCHER_HTTP_ADDR")?,
             api_token: s.get("QIM_API_TOKEN").filter(|t| !t.is_empty()).map(str::to_owned),
             log: s.required("QIM_LOG")?.to_owned(),
+            startup_timeout: s.startup_timeout()?,
         })
     }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use metrics_exporter_prometheus::PrometheusHandle;
 use qim_store::service::http::ReadinessCheck;
+use qim_store::service::startup::{Startup, Unreachable};
 use qim_store::service::telemetry;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -48,7 +49,8 @@ impl RunningDispatcher {
 pub async fn start(config: DispatcherConfig, shutdown: CancellationToken) -> anyhow::Result<RunningDispatcher> {
     let metrics = telemetry::install_metrics();
     crate::metrics::describe();
-    let stores = backend::open(&config.backend, config.retention).await?;
+    let startup = Startup::new(config.startup_timeout);
+    let stores = startup.step("opening the stores", || backend::open(&config.backend, config.retention)).await?;
     start_with(config, stores, metrics, shutdown).await
 }
 
@@ -62,7 +64,12 @@ pub async fn start_with(
 ) -> anyhow::Result<RunningDispatcher> {
     let kafka = &config.kafka;
     let producer = AckedProducer::new(&kafka.brokers).map_err(anyhow::Error::msg)?;
-    check_topics(&producer, &config).await.with_context(|| format!("checking kafka at {}", kafka.brokers))?;
+    let startup = Startup::new(config.startup_timeout);
+    startup
+        .step("checking the kafka topics", || async {
+            check_topics(&producer, &config).await.with_context(|| format!("checking kafka at {}", kafka.brokers))
+        })
+        .await?;
     let router = Router::new(kafka, config.shards, Arc::clone(&stores.members), producer.clone())?;
     let workers = ShardWorkers::new(&config, Arc::clone(&stores.mailbox), producer.clone())?;
     let state = ApiState { store: Arc::clone(&stores.mailbox), shards: config.shards, epoch: config.epoch };
@@ -111,11 +118,14 @@ pub async fn start_with(
 /// dead-letter topic exists.
 async fn check_topics(producer: &AckedProducer, config: &DispatcherConfig) -> anyhow::Result<()> {
     let kafka = &config.kafka;
+    // A topic that does not answer (yet) is waited for; one with the wrong partitions is refused.
     for topic in [&kafka.messages_topic, &kafka.dlq_topic] {
-        producer.partitions(topic, KAFKA_CHECK_TIMEOUT).await.map_err(anyhow::Error::msg)?;
+        producer.partitions(topic, KAFKA_CHECK_TIMEOUT).await.map_err(|e| anyhow::Error::new(Unreachable(e)))?;
     }
-    let partitions =
-        producer.partitions(&kafka.dispatch_topic, KAFKA_CHECK_TIMEOUT).await.map_err(anyhow::Error::msg)?;
+    let partitions = producer
+        .partitions(&kafka.dispatch_topic, KAFKA_CHECK_TIMEOUT)
+        .await
+        .map_err(|e| anyhow::Error::new(Unreachable(e)))?;
     if partitions != usize::from(config.shards) {
         bail!(
             "{} has {partitions} partitions but QIM_MAILBOX_SHARDS={}: they must be equal (partition = shard)",

@@ -35,6 +35,7 @@ async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
         recovery_interval: Duration::from_secs(1),
         api_token: Some(TOKEN.to_owned()),
         log: "warn".to_owned(),
+        startup_timeout: std::time::Duration::from_secs(30),
     };
     let stop_writer = tokio_util::sync::CancellationToken::new();
     let writer = qim_writer::serve::start(config, stop_writer.clone()).await.expect("the writer starts");

@@ -100,6 +100,11 @@ pub const HTTP_ENV: &[EnvVar] = &[
         doc: "Optional bearer token; when set, every `/v1` request must carry it.",
     },
     EnvVar { name: "QIM_LOG", default: Some("info"), doc: "Log filter in `tracing_subscriber::EnvFilter` syntax." },
+    EnvVar {
+        name: "QIM_STARTUP_TIMEOUT_SECS",
+        default: Some("120"),
+        doc: "How long start-up waits for Redis, Scylla and Kafka to answer, retrying each step with backoff (1..=3600).",
+    },
 ];
 
 /// Finds a variable in a list of tables.

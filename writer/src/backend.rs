@@ -1,14 +1,16 @@
-//! Opening the configured store backend: connect and prepare, then check readiness. Never
-//! migrates (that is `qim-writer migrate`) and never falls back to another backend.
+//! Opening the configured store backend: connect and prepare, then check readiness, each step
+//! retried while its server is unavailable (until the start-up deadline). Never migrates (that
+//! is `qim-writer migrate`) and never falls back to another backend.
 
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use qim_store::clock::{Clock, SystemClock};
 use qim_store::redis::{RedisMembershipCache, RedisMessageStore, SeqLeases};
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::{ScyllaConfig, ScyllaMembershipStore, ScyllaMessageStore};
 use qim_store::service::http::ReadinessCheck;
+use qim_store::service::startup::{open_scylla_messages, Startup};
 use qim_store::tiered::{TieredMembershipStore, TieredMessageStore};
 use qim_store::{MembershipStore, MessageStore};
 
@@ -32,23 +34,40 @@ pub struct Stores {
 /// high-water marks, restoring a conversation's recent records from the archive and the
 /// topic's unarchived tail when Redis lost them (DESIGN invariant 7); membership lives in the
 /// archive keyspace, cached in Redis ([`TieredMembershipStore`], invariant 9).
-pub async fn open(config: &WriterConfig) -> anyhow::Result<Stores> {
+pub async fn open(config: &WriterConfig, startup: &Startup) -> anyhow::Result<Stores> {
     let policy = config.policy;
     match &config.backend {
         Backend::Redis { redis, archive: archive_config } => {
             let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-            let archive = open_scylla(archive_config, policy, clock.clone()).await?;
-            let tail =
-                Arc::new(TailScanner::new(&config.kafka_brokers, &config.messages_topic, &config.archiver_group));
+            let archive = startup
+                .step("connecting to the scylla archive", || open_scylla(archive_config, policy, clock.clone()))
+                .await?;
+            let tail = Arc::new(TailScanner::new(&config.kafka_brokers, &config.messages_topic, &config.archiver_group));
             let leases = SeqLeases::new(Arc::new(archive.clone()))
                 .with_block(config.seq_lease_block)
                 .with_recent_records(Arc::new(ArchiveAndTail::new(archive.clone(), tail)));
-            let hot = RedisMessageStore::open(redis, policy, clock.clone())
-                .await
-                .with_context(|| format!("opening the redis store at {}", redis.url))?
+            let hot = startup
+                .step("connecting to the redis hot tier", || async {
+                    RedisMessageStore::open(redis, policy, clock.clone())
+                        .await
+                        .with_context(|| format!("opening the redis store at {}", redis.url))
+                })
+                .await?
                 .with_seq_leases(leases);
             let tiered = TieredMessageStore::new(hot.clone(), archive.clone(), config.hot_window_days, clock)
                 .context("combining the hot tier and the archive")?;
+            let members: Arc<dyn MembershipStore> = Arc::new(TieredMembershipStore::new(
+                startup
+                    .step("connecting to the membership table", || async {
+                        ScyllaMembershipStore::connect(archive_config).await.context("opening the scylla membership store")
+                    })
+                    .await?,
+                startup
+                    .step("connecting to the redis member cache", || async {
+                        RedisMembershipCache::open(redis).await.context("opening the redis member cache")
+                    })
+                    .await?,
+            ));
             let (probe, archive_probe) = (hot, archive);
             let ready: ReadinessCheck = Arc::new(move || {
                 let (probe, archive_probe) = (probe.clone(), archive_probe.clone());
@@ -57,21 +76,23 @@ pub async fn open(config: &WriterConfig) -> anyhow::Result<Stores> {
                     scylla_ready(&archive_probe).await
                 })
             });
-            let members: Arc<dyn MembershipStore> = Arc::new(TieredMembershipStore::new(
-                ScyllaMembershipStore::connect(archive_config).await.context("opening the scylla membership store")?,
-                RedisMembershipCache::open(redis).await.context("opening the redis member cache")?,
-            ));
             Ok(Stores { messages: Arc::new(tiered), members, ready })
         }
         Backend::Scylla(config) => {
-            let store = open_scylla(config, policy, Arc::new(SystemClock)).await?;
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+            let store = startup.step("connecting to scylla", || open_scylla(config, policy, clock.clone())).await?;
             let probe = store.clone();
             let ready: ReadinessCheck = Arc::new(move || {
                 let probe = probe.clone();
                 Box::pin(async move { scylla_ready(&probe).await })
             });
-            let members: Arc<dyn MembershipStore> =
-                Arc::new(ScyllaMembershipStore::connect(config).await.context("opening the scylla membership store")?);
+            let members: Arc<dyn MembershipStore> = Arc::new(
+                startup
+                    .step("connecting to the membership table", || async {
+                        ScyllaMembershipStore::connect(config).await.context("opening the scylla membership store")
+                    })
+                    .await?,
+            );
             Ok(Stores { messages: Arc::new(store), members, ready })
         }
     }
@@ -83,14 +104,7 @@ async fn open_scylla(
     policy: RetentionPolicy,
     clock: Arc<dyn Clock>,
 ) -> anyhow::Result<ScyllaMessageStore> {
-    let store = ScyllaMessageStore::connect(config, policy, clock).await.with_context(|| {
-        format!("connecting to scylla keyspace {} (run `qim-writer migrate` first?)", config.keyspace)
-    })?;
-    let readiness = store.readiness().await.context("reading the scylla schema")?;
-    if !readiness.is_ready() {
-        bail!("scylla keyspace {} is not ready: {readiness:?}; run `qim-writer migrate`", config.keyspace);
-    }
-    Ok(store)
+    open_scylla_messages(config, policy, clock, "qim-writer migrate").await
 }
 
 async fn scylla_ready(store: &ScyllaMessageStore) -> Result<(), String> {

@@ -102,6 +102,8 @@ pub struct WriterConfig {
     pub api_token: Option<String>,
     /// Log filter.
     pub log: String,
+    /// How long start-up steps may keep retrying their servers.
+    pub startup_timeout: Duration,
 }
 
 impl WriterConfig {
@@ -147,6 +149,7 @@ impl WriterConfig {
             recovery_interval: secs("QIM_RECOVERY_INTERVAL_SECS")?,
             api_token: s.get("QIM_API_TOKEN").filter(|t| !t.is_empty()).map(str::to_owned),
             log: s.required("QIM_LOG")?.to_owned(),
+            startup_timeout: s.startup_timeout()?,
         })
     }
 

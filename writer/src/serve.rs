@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use qim_store::service::http::ReadinessCheck;
+use qim_store::service::startup::{Startup, Unreachable};
 use qim_store::service::telemetry;
 use qim_store::MembershipAuthorizer;
 use tokio::task::JoinHandle;
@@ -47,15 +48,20 @@ impl RunningWriter {
 pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow::Result<RunningWriter> {
     let metrics = telemetry::install_metrics();
     crate::metrics::describe();
-    let stores = backend::open(&config).await?;
+    let startup = Startup::new(config.startup_timeout);
+    let stores = backend::open(&config, &startup).await?;
     let publisher = Arc::new(
         KafkaPublisher::new(&config.kafka_brokers, &config.messages_topic).context("creating the kafka producer")?,
     );
-    let partitions = publisher
-        .check_topic(KAFKA_CHECK_TIMEOUT)
-        .await
-        .map_err(anyhow::Error::msg)
-        .with_context(|| format!("checking kafka at {}", config.kafka_brokers))?;
+    let partitions = startup
+        .step("checking the messages topic", || async {
+            publisher
+                .check_topic(KAFKA_CHECK_TIMEOUT)
+                .await
+                .map_err(|e| anyhow::Error::new(Unreachable(e)))
+                .with_context(|| format!("checking kafka at {}", config.kafka_brokers))
+        })
+        .await?;
     let committer = Arc::new(DurableMessageCommitter::new(
         stores.messages.clone(),
         publisher.clone(),

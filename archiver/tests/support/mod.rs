@@ -108,6 +108,7 @@ pub async fn config(topic: &str, dlq: &str, policy: RetentionPolicy) -> Archiver
         trim_interval: Duration::from_secs(1),
         http_addr: "127.0.0.1:0".parse().unwrap(),
         log: "warn".to_owned(),
+        startup_timeout: std::time::Duration::from_secs(30),
     }
 }
 
@@ -282,6 +283,20 @@ pub struct Stored {
 
 /// The rows of `(tenant, conversation, seq)`, if the record row exists.
 pub async fn stored(session: &Session, ks: &str, r: &MessageRecord) -> Option<Stored> {
+    // `TTL()` counts down in whole seconds of the server's clock: two reads that straddle a
+    // second boundary would show rows that expire together one second apart. Read again until
+    // both reads fall in one second.
+    loop {
+        let second = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let before = second(std::time::SystemTime::now());
+        let found = stored_once(session, ks, r).await;
+        if second(std::time::SystemTime::now()) == before {
+            return found;
+        }
+    }
+}
+
+async fn stored_once(session: &Session, ks: &str, r: &MessageRecord) -> Option<Stored> {
     let bucket = (r.seq.0 / SEQ_BUCKET_SIZE) as i64;
     let (t, c, s) = (r.tenant.0.to_vec(), r.conversation.0.to_vec(), r.seq.0 as i64);
     let row = session

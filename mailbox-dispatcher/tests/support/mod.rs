@@ -145,6 +145,7 @@ impl Fixture {
             http_addr: "127.0.0.1:0".parse().unwrap(),
             api_token: Some(TOKEN.to_owned()),
             log: "warn".to_owned(),
+            startup_timeout: std::time::Duration::from_secs(30),
         };
         let producer = ClientConfig::new()
             .set("bootstrap.servers", brokers())

@@ -17,7 +17,9 @@ pub use membership::RedisMembershipStore;
 pub use membership_cache::RedisMembershipCache;
 pub use message::{RecentRecords, RedisMessageStore, RestoreReport, SeqLeases, TrimReport, DEFAULT_LEASE_BLOCK};
 
-use redis::aio::ConnectionManager;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use crate::error::StoreError;
 
@@ -44,12 +46,22 @@ impl RedisConfig {
     }
 }
 
+/// How long one command (or pipeline) may wait for its reply before it fails as
+/// `Unavailable`: long enough for a Redis that is busy (serving a backlog, rewriting its AOF),
+/// short enough that a dead one is noticed. (redis-rs's own default is 500 ms.)
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection attempt may take.
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Opens a self-reconnecting connection (multiplexed: many commands in flight at once).
 pub async fn connect(config: &RedisConfig) -> Result<ConnectionManager, StoreError> {
     config.validate().map_err(StoreError::InvalidInput)?;
     let client = redis::Client::open(config.url.as_str())
         .map_err(|e| StoreError::InvalidInput(format!("redis url {:?}: {e}", config.url)))?;
-    ConnectionManager::new(client)
+    let settings = ConnectionManagerConfig::new()
+        .set_response_timeout(Some(RESPONSE_TIMEOUT))
+        .set_connection_timeout(Some(CONNECTION_TIMEOUT));
+    ConnectionManager::new_with_config(client, settings)
         .await
         .map_err(|e| StoreError::unavailable(format!("connecting to redis at {}", config.url), e))
 }

@@ -4,9 +4,11 @@
 //! - [`telemetry`]: logs (`QIM_LOG` filter) and the Prometheus recorder behind `/metrics`;
 //! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
 //! - [`shutdown`]: SIGTERM/SIGINT → a cancellation token;
-//! - [`settings`]: typed reads of the validated `QIM_*` environment.
+//! - [`settings`]: typed reads of the validated `QIM_*` environment;
+//! - [`startup`]: start-up steps that retry their servers with backoff until a deadline.
 
 pub mod http;
 pub mod settings;
 pub mod shutdown;
+pub mod startup;
 pub mod telemetry;

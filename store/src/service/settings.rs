@@ -55,6 +55,14 @@ impl Settings {
         raw.trim().parse().map_err(|e| format!("{name}={raw:?}: {e}"))
     }
 
+    /// `QIM_STARTUP_TIMEOUT_SECS`: how long a service's start-up steps may keep retrying.
+    pub fn startup_timeout(&self) -> Result<std::time::Duration, String> {
+        match self.parse::<u64>("QIM_STARTUP_TIMEOUT_SECS")? {
+            n @ 1..=3600 => Ok(std::time::Duration::from_secs(n)),
+            n => Err(format!("QIM_STARTUP_TIMEOUT_SECS={n} must be in 1..=3600")),
+        }
+    }
+
     /// A lookup over the resolved values, for constructors that take one.
     pub fn lookup(&self) -> impl Fn(&str) -> Option<String> + '_ {
         move |name| self.get(name).map(str::to_owned)

@@ -109,6 +109,7 @@ pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
         recovery_interval: Duration::from_secs(1),
         api_token: Some(TOKEN.to_owned()),
         log: "warn".to_owned(),
+        startup_timeout: std::time::Duration::from_secs(30),
     }
 }
 

@@ -279,6 +279,7 @@ async fn measure_in(kind: &str, w: &World, args: &Args) -> anyhow::Result<serde_
         http_addr: "127.0.0.1:0".parse()?,
         api_token: None,
         log: "warn".to_owned(),
+        startup_timeout: std::time::Duration::from_secs(30),
     };
     let metrics = qim_store::service::telemetry::install_metrics();
     let scylla = stores.scylla.clone();

@@ -266,6 +266,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         recovery_interval: Duration::from_secs(5),
         api_token: None,
         log: "warn".to_owned(),
+        startup_timeout: std::time::Duration::from_secs(30),
     };
     let shutdown = CancellationToken::new();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;
