@@ -201,9 +201,11 @@ impl Processor {
             *seq = (*seq).max(v.record.seq);
         }
         for ((tenant, conversation), seq) in highest {
-            self.archive.raise_high_water(tenant, conversation, seq).await.map_err(|e| match e.kind().is_retryable() {
-                true => Failure::Transient { step: "high_water", error: e.to_string() },
-                false => Failure::Fatal(format!("raising a seq high-water mark: {e}")),
+            self.archive.raise_high_water(tenant, conversation, seq).await.map_err(|e| {
+                match e.kind().is_retryable() {
+                    true => Failure::Transient { step: "high_water", error: e.to_string() },
+                    false => Failure::Fatal(format!("raising a seq high-water mark: {e}")),
+                }
             })?;
         }
         Ok(())

@@ -42,7 +42,9 @@ pub async fn open(backend: &Backend, retention: MailboxRetention) -> anyhow::Res
                 let url = url.clone();
                 Box::pin(async move { ping_redis(&url).await })
             });
-            ping_redis(&config.url).await.map_err(|e| anyhow::Error::new(qim_store::service::startup::Unreachable(e)))?;
+            ping_redis(&config.url)
+                .await
+                .map_err(|e| anyhow::Error::new(qim_store::service::startup::Unreachable(e)))?;
             Ok(Stores { mailbox: Arc::new(store), members, ready, scylla: None })
         }
         Backend::Scylla(config) => {

@@ -24,6 +24,10 @@ pub const CHUNK_BATCH_CHUNKS: &str = "qim_dispatcher_chunk_batch_chunks";
 pub const LANE_WATERMARK_LAG: &str = "qim_dispatcher_lane_watermark_lag";
 /// Counter, label `shard`: lane watermark advances written.
 pub const WATERMARK_ADVANCES: &str = "qim_dispatcher_watermark_advances_total";
+/// Counter, label `shard`: times the store was found to have lost a shard's state (Redis
+/// flushed, restarted without its last writes, restored, failed over) and the shard's log was
+/// read again from the store's watermarks.
+pub const SHARD_RESYNCS: &str = "qim_dispatcher_shard_resyncs_total";
 /// Counter, labels `step` and `kind`: store or Kafka failures that were retried.
 pub const RETRIES: &str = "qim_dispatcher_retries_total";
 /// Counter, label `topic`: records written to the dead-letter topic.
@@ -52,6 +56,7 @@ pub fn describe() {
     describe_histogram!(CHUNK_BATCH_CHUNKS, "Chunks written together in one batch.");
     describe_gauge!(LANE_WATERMARK_LAG, "Highest observed offset minus the lowest lane watermark, per shard.");
     describe_counter!(WATERMARK_ADVANCES, "Lane watermark advances written, per shard.");
+    describe_counter!(SHARD_RESYNCS, "Times a shard's log was read again because the store lost its state.");
     describe_counter!(RETRIES, "Failed store or Kafka steps that were retried, by step and error kind.");
     describe_counter!(DEAD_LETTERS, "Records written to the dead-letter topic.");
     describe_counter!(REBALANCES, "Consumer group rebalances, by consumer and event.");

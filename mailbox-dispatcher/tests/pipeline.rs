@@ -132,7 +132,7 @@ fn pipeline(store: Arc<dyn MailboxStore>, capacity: usize) -> (mpsc::Sender<Reco
     });
     let (tx, rx) = mpsc::channel(capacity);
     let stop = CancellationToken::new();
-    tokio::spawn(Pipeline::new(ctx, ShardId(0), CancellationToken::new(), stop.clone()).run(rx));
+    tokio::spawn(Pipeline::new(ctx, ShardId(0), CancellationToken::new(), stop.clone(), None).run(rx));
     (tx, stop)
 }
 

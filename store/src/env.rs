@@ -103,7 +103,8 @@ pub const HTTP_ENV: &[EnvVar] = &[
     EnvVar {
         name: "QIM_STARTUP_TIMEOUT_SECS",
         default: Some("120"),
-        doc: "How long start-up waits for Redis, Scylla and Kafka to answer, retrying each step with backoff (1..=3600).",
+        doc:
+            "How long start-up waits for Redis, Scylla and Kafka to answer, retrying each step with backoff (1..=3600).",
     },
 ];
 

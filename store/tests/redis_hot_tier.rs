@@ -3,12 +3,8 @@
 //! reissued after Redis loses state (seq leases of the durable high-water mark), AOF restarts,
 //! restoring records, and the ADR-0019 trim and expiry rules.
 
-#[path = "support/private_redis.rs"]
-mod private_redis;
-
 use std::sync::Arc;
 
-use private_redis::PrivateRedis;
 use qim_store::clock::{Clock, ManualClock};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
 use qim_store::memory::MemorySeqHighWater;
@@ -20,6 +16,7 @@ use qim_store::testsuite::fixtures::{
     assert_kind, clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer,
 };
 use qim_store::testsuite::message::commit_fully;
+use qim_store::testsuite::private_redis::PrivateRedis;
 use qim_store::{ErrorKind, MessageStore, SeqHighWater};
 
 /// The durable seq high-water marks every store of this process leases from (in memory: they

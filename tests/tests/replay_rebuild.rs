@@ -1,10 +1,13 @@
 //! Replay/rebuild (issue 9, deliverable 4): after a workload converged, the run's Redis state
-//! (hot tier, commit state, seq counters, membership, mailboxes) and its archive are wiped; the
-//! writer restarts and, before it accepts a send, reads `qim.messages.v1` from the beginning:
-//! it writes the hot window's records back into the hot tier and re-seeds its seq counters. The
-//! archive is rebuilt by `qim-archiver replay --from earliest`; the mailboxes by the dispatcher
-//! re-reading both topics from the earliest offset. Then the checker must accept, with every
-//! acknowledged message back in the hot tier.
+//! (hot tier, commit state, seq counters and leases, member cache, mailboxes) and its whole
+//! keyspace (archive, seq high-water marks, membership) are wiped: a disaster only the topic
+//! survives. The writer restarts and is ready at once (it reads nothing from the topic). The
+//! archive is rebuilt by `qim-archiver replay --from earliest`, which also raises every
+//! conversation's seq high-water mark to its highest replayed seq; the mailboxes by the
+//! dispatcher re-reading both topics from the earliest offset. Sends afterwards get seqs above
+//! every earlier one (each conversation's first send revalidates its lease against the replayed
+//! mark and writes its recent history back into the hot tier); every acknowledged message is
+//! served by the writer's history API; the checker accepts.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -48,16 +51,10 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     assert!(keys > 100, "the run had Redis state ({keys} keys)");
     recreate_keyspace(&env).await.expect("recreating the keyspace");
 
-    // The writer rebuilds the hot tier and re-seeds from the topic before it is ready.
+    // The writer is ready at once: nothing is read from the topic before it serves.
     let mut writer = Service::start(ServiceKind::Writer, &bins, &env, &[]).await.expect("the writer restarts");
     let log = strip_ansi(&std::fs::read_to_string(writer.log_path()).unwrap());
-    let seeded = log.lines().rev().find(|l| l.contains("seq counters seeded")).expect("the writer logs its re-seed");
-    assert!(!seeded.contains("conversations=0"), "the re-seed named no conversation: {seeded}");
-    let rebuilt = log.lines().rev().find(|l| l.contains("hot tier rebuilt")).expect("the writer logs the rebuild");
-    assert!(rebuilt.contains(&format!(" restored={} ", first.acks.len())), "not every record restored: {rebuilt}");
-    assert!(rebuilt.contains(" conflicts=0 "), "{rebuilt}");
-    let commits = format!(" commits_restored={} ", first.acks.len());
-    assert!(rebuilt.contains(&commits), "every recent commit restored: {rebuilt}");
+    assert!(!log.contains("unarchived tail scanned"), "no topic read before the first send: {log}");
 
     // Rebuild: the archive by replay, the mailboxes by rewinding the dispatcher's groups.
     let out = run_command(ServiceKind::Archiver, &bins, &env, &["replay", "--from", "earliest"]).await.expect("replay");
@@ -65,8 +62,9 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     rewind_group(&env.kafka_brokers, &format!("{}.router", env.dispatcher_group), &env.messages_topic).await.unwrap();
     rewind_group(&env.kafka_brokers, &format!("{}.shards", env.dispatcher_group), &env.dispatch_topic).await.unwrap();
 
-    // More sends in the same conversations (the workload adds the members again first, so the
-    // dispatcher routes to the same recipients): no seq may be reissued.
+    // More sends in the same conversations (the workload adds the members again first: the
+    // membership table went with the keyspace): no seq may be reissued, though Redis and the
+    // archive both lost every counter and lease; the replayed marks bound them.
     let sends: Vec<PlannedSend> = plan.sends[..60]
         .iter()
         .map(|s| PlannedSend { client_message_id: format!("{}-after-wipe", s.client_message_id), ..s.clone() })
@@ -95,20 +93,27 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     let acks: Vec<_> = first.acks.iter().chain(&second.acks).cloned().collect();
     pipeline.converge(&acks, Duration::from_secs(90)).await.expect("converges after the rebuild");
 
-    // History from before the wipe is served through the writer's API.
-    let conversation = &plan.conversations[plan.conversations.len() - 2];
-    let url = format!(
-        "{}/v1/tenants/{}/conversations/{}/messages?viewer={}&direction=newer&max_items=500",
-        pipeline.writer.base_url(),
-        plan.tenant,
-        conversation.id,
-        conversation.members[0]
-    );
-    let page: serde_json::Value = reqwest::get(&url).await.unwrap().error_for_status().unwrap().json().await.unwrap();
-    let served: Vec<&str> =
-        page["records"].as_array().unwrap().iter().filter_map(|r| r["message_id"].as_str()).collect();
-    for a in acks.iter().filter(|a| a.conversation == conversation.id) {
-        assert!(served.contains(&a.message_id.as_str()), "history lost {} (seq {})", a.message_id, a.conversation_seq);
+    // History from before the wipe is served through the writer's API, in every conversation.
+    for conversation in &plan.conversations {
+        let url = format!(
+            "{}/v1/tenants/{}/conversations/{}/messages?viewer={}&direction=newer&max_items=500",
+            pipeline.writer.base_url(),
+            plan.tenant,
+            conversation.id,
+            conversation.members[0]
+        );
+        let page: serde_json::Value =
+            reqwest::get(&url).await.unwrap().error_for_status().unwrap().json().await.unwrap();
+        let served: Vec<&str> =
+            page["records"].as_array().unwrap().iter().filter_map(|r| r["message_id"].as_str()).collect();
+        for a in acks.iter().filter(|a| a.conversation == conversation.id) {
+            assert!(
+                served.contains(&a.message_id.as_str()),
+                "history lost {} (seq {})",
+                a.message_id,
+                a.conversation_seq
+            );
+        }
     }
     pipeline.stop().await.expect("clean stop");
 
@@ -117,6 +122,12 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     println!("{verdict}");
     assert!(verdict.is_ok(), "{verdict}");
     assert_eq!(verdict.counts.archived + verdict.counts.expired, input.acks.len());
-    assert_eq!(verdict.counts.hot, input.acks.len(), "every acknowledged message is back in the hot tier");
+    // In the hot tier again: every message of a conversation that was sent to after the wipe
+    // (its lease revalidation wrote its recent history back); the others' hot tiers are not
+    // trusted, and their history is read from the archive (checked above).
+    assert_eq!(verdict.counts.hot + verdict.counts.hot_exempt, input.acks.len(), "{verdict}");
+    let sent_after: std::collections::HashSet<&str> = second.acks.iter().map(|a| a.conversation.as_str()).collect();
+    let restored = first.acks.iter().filter(|a| sent_after.contains(a.conversation.as_str())).count();
+    assert!(verdict.counts.hot >= restored + second.acks.len(), "{verdict}");
     assert_eq!(verdict.counts.mailbox_entries, verdict.counts.expected_mailbox_entries);
 }

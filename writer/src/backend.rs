@@ -42,7 +42,8 @@ pub async fn open(config: &WriterConfig, startup: &Startup) -> anyhow::Result<St
             let archive = startup
                 .step("connecting to the scylla archive", || open_scylla(archive_config, policy, clock.clone()))
                 .await?;
-            let tail = Arc::new(TailScanner::new(&config.kafka_brokers, &config.messages_topic, &config.archiver_group));
+            let tail =
+                Arc::new(TailScanner::new(&config.kafka_brokers, &config.messages_topic, &config.archiver_group));
             let leases = SeqLeases::new(Arc::new(archive.clone()))
                 .with_block(config.seq_lease_block)
                 .with_recent_records(Arc::new(ArchiveAndTail::new(archive.clone(), tail)));
@@ -59,7 +60,9 @@ pub async fn open(config: &WriterConfig, startup: &Startup) -> anyhow::Result<St
             let members: Arc<dyn MembershipStore> = Arc::new(TieredMembershipStore::new(
                 startup
                     .step("connecting to the membership table", || async {
-                        ScyllaMembershipStore::connect(archive_config).await.context("opening the scylla membership store")
+                        ScyllaMembershipStore::connect(archive_config)
+                            .await
+                            .context("opening the scylla membership store")
                     })
                     .await?,
                 startup

@@ -14,6 +14,7 @@
 //! more) are dropped: their new owner reads them from the committed offset.
 
 pub mod pipeline;
+pub mod resync;
 pub mod steps;
 pub mod window;
 
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures_util::FutureExt;
 use qim_store::mailbox::ShardId;
 use qim_store::MailboxStore;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -40,11 +42,12 @@ const CHANNEL: usize = 256;
 /// How long shutdown waits for in-flight steps before abandoning them (they are redone).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A running pipeline and the partition token it was started under.
+/// A running pipeline and the partition token it was started under. Its task answers the
+/// offset it sought the partition back to, if it ended because the store lost state.
 struct Running {
     token: CancellationToken,
     input: mpsc::Sender<Record>,
-    task: JoinHandle<()>,
+    task: JoinHandle<Option<u64>>,
 }
 
 /// The shard workers of one process.
@@ -86,7 +89,7 @@ impl ShardWorkers {
     /// [`DRAIN_TIMEOUT`]) and the stored offsets are committed.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let mut running: HashMap<i32, Running> = HashMap::new();
-        let mut stopped: Vec<JoinHandle<()>> = Vec::new();
+        let mut stopped: Vec<JoinHandle<Option<u64>>> = Vec::new();
         loop {
             let received = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -144,7 +147,7 @@ impl ShardWorkers {
         &self,
         m: &BorrowedMessage<'_>,
         running: &mut HashMap<i32, Running>,
-        stopped: &mut Vec<JoinHandle<()>>,
+        stopped: &mut Vec<JoinHandle<Option<u64>>>,
         shutdown: &CancellationToken,
     ) -> Option<mpsc::Sender<Record>> {
         let partition = m.partition();
@@ -155,16 +158,22 @@ impl ShardWorkers {
         // Pipelines of revoked partitions finish in the background; reap the finished ones.
         stopped.retain(|t| !t.is_finished());
         if let Some(r) = running.get(&partition) {
-            if !r.token.is_cancelled() {
+            if !r.token.is_cancelled() && !r.task.is_finished() {
                 return Some(r.input.clone());
             }
         }
+        let mut resume_at = None;
         if let Some(old) = running.remove(&partition) {
-            stopped.push(old.task);
+            if old.task.is_finished() && !old.token.is_cancelled() {
+                // It ended by itself: it sought the partition back (the store lost state).
+                resume_at = old.task.now_or_never().and_then(Result::ok).flatten();
+            } else {
+                stopped.push(old.task);
+            }
         }
         let Ok(shard) = u16::try_from(partition).map(ShardId) else { return None };
         let (tx, rx) = mpsc::channel(CHANNEL);
-        let pipeline = Pipeline::new(Arc::clone(&self.ctx), shard, token.clone(), shutdown.clone());
+        let pipeline = Pipeline::new(Arc::clone(&self.ctx), shard, token.clone(), shutdown.clone(), resume_at);
         let task = tokio::spawn(pipeline.run(rx));
         tracing::info!(shard = shard.0, "shard pipeline started");
         running.insert(partition, Running { token, input: tx.clone(), task });

@@ -23,7 +23,9 @@
 //!   channel fills and the consumer stops polling (backpressure).
 //!
 //! Revocation cancels the partition's token: nothing new starts, steps already started finish
-//! (their retries stop), nothing more is stored. Shutdown stops intake, finishes the records
+//! (their retries stop), nothing more is stored. A store found behind the pipeline (it lost
+//! state: [`super::resync`]) ends the pipeline the same way, after which the partition is read
+//! again from where the store's watermarks are, by a new pipeline. Shutdown stops intake, finishes the records
 //! already received, advances the watermarks over them (one last page) and stores their offsets
 //! (the worker revokes everything if that takes too long).
 
@@ -39,9 +41,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::resync::{next_after, Resync};
 use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
 use super::window::Window;
-use crate::metrics::{DISPATCHES_COLLECTED, LANE_WATERMARK_LAG, WATERMARK_ADVANCES};
+use crate::metrics::{DISPATCHES_COLLECTED, LANE_WATERMARK_LAG, SHARD_RESYNCS, WATERMARK_ADVANCES};
 
 /// Most records in flight per shard.
 pub const MAX_WINDOW_RECORDS: usize = 1024;
@@ -93,15 +96,25 @@ pub struct Pipeline {
     last_gc: Instant,
     dirty: bool,
     tasks: JoinSet<Done>,
+    /// Whether the store is behind this pipeline (see [`super::resync`]).
+    resync: Resync,
+    /// Set once the store was found behind: read the log again from this offset.
+    rewind_to: Option<u64>,
+    /// The watermarks are being read again to find where to rewind to.
+    rewind_reading: bool,
+    /// Records before the one at this offset are stale (this pipeline follows a rewind there).
+    resume_at: Option<u64>,
 }
 
 impl Pipeline {
-    /// A pipeline for `shard`; `revoked` is its partition's token.
+    /// A pipeline for `shard`; `revoked` is its partition's token. After a rewind, `resume_at`
+    /// is the offset the consumer was sought to: records received before it are dropped.
     pub fn new(
         ctx: Arc<ShardContext>,
         shard: ShardId,
         revoked: CancellationToken,
         shutdown: CancellationToken,
+        resume_at: Option<u64>,
     ) -> Self {
         Self {
             ctx,
@@ -123,19 +136,44 @@ impl Pipeline {
             last_gc: Instant::now(),
             dirty: false,
             tasks: JoinSet::new(),
+            resync: if resume_at.is_some() { Resync::after_rewind() } else { Resync::default() },
+            rewind_to: None,
+            rewind_reading: false,
+            resume_at,
+        }
+    }
+
+    /// Whether nothing new may start: revoked, or rewinding.
+    fn stopped(&self) -> bool {
+        self.revoked.is_cancelled() || self.rewind_to.is_some()
+    }
+
+    /// The store is behind: stop, and read the log again from `to`.
+    fn rewind(&mut self, to: u64) {
+        if self.rewind_to.is_none() {
+            tracing::error!(
+                shard = self.shard.0,
+                from = to,
+                received_up_to = ?self.window.highest(),
+                "the mailbox store lost this shard's state; dispatching its log again from the store's watermarks"
+            );
+            counter!(SHARD_RESYNCS, "shard" => self.shard.0.to_string()).increment(1);
+            self.rewind_to = Some(to);
         }
     }
 
     /// Runs until revoked (then until every started step finished) or shut down (then until
-    /// every received record is done).
-    pub async fn run(mut self, mut input: mpsc::Receiver<Record>) {
+    /// every received record is done), or until the store is found behind: then, once every
+    /// started step finished, seeks the partition to where the store's watermarks are and
+    /// returns that offset (a new pipeline takes over from there).
+    pub async fn run(mut self, mut input: mpsc::Receiver<Record>) -> Option<u64> {
         let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
         self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
         let mut tick = tokio::time::interval(self.ctx.advance_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut closed = false;
         loop {
-            let revoked = self.revoked.is_cancelled();
+            let revoked = self.stopped();
             let intake_stopped = revoked || self.shutdown.is_cancelled() || closed;
             if !revoked {
                 // After a shutdown, what was already received is still finished.
@@ -164,12 +202,20 @@ impl Pipeline {
                     },
                 },
                 received = input.recv(), if !intake_stopped && room => match received {
+                    Some(record) if self.resume_at.is_some_and(|at| record.offset != at) => {
+                        tracing::debug!(shard = shard.0, offset = record.offset, "record from before the rewind, dropped");
+                    }
                     Some(record) if self.window.highest().is_some_and(|h| record.offset <= h) => {
                         // Delivered again without a rebalance (the consumer fell back): that
                         // offset is already in flight or done here.
                         tracing::warn!(shard = shard.0, offset = record.offset, "record received twice, skipped");
                     }
                     Some(record) => {
+                        self.resume_at = None;
+                        self.resync.received(record.offset);
+                        if let Some(to) = self.resync.behind_at_start() {
+                            self.rewind(to);
+                        }
                         let weight = record.value.as_ref().map_or(0, Vec::len);
                         self.window.push(record.offset, weight);
                         self.to_begin.push_back(record);
@@ -183,14 +229,49 @@ impl Pipeline {
             self.store_completed();
         }
         self.store_passed();
+        if let (Some(to), false) = (self.rewind_to, self.revoked.is_cancelled()) {
+            return self.seek(to).await;
+        }
         let why = if self.revoked.is_cancelled() && !self.shutdown.is_cancelled() { "revoked" } else { "shutdown" };
         tracing::info!(shard = shard.0, why, left_in_flight = self.window.len(), "shard pipeline stopped");
+        None
+    }
+
+    /// Seeks the partition to `to` (at least its first retained offset); the offset sought, or
+    /// `None` when the seek failed (the partition is then read on from where it was, and the
+    /// next pipeline finds the store behind again).
+    async fn seek(&self, to: u64) -> Option<u64> {
+        let (consumer, topic) = (Arc::clone(&self.ctx.consumer), self.ctx.kafka.dispatch_topic.clone());
+        let partition = i32::from(self.shard.0);
+        let sought = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+            let timeout = Duration::from_secs(10);
+            let (low, _) = consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?;
+            let to = to.max(u64::try_from(low).unwrap_or(0));
+            let offset = rdkafka::Offset::Offset(i64::try_from(to).unwrap_or(i64::MAX));
+            consumer.seek(&topic, partition, offset, timeout).map_err(|e| e.to_string())?;
+            Ok(to)
+        })
+        .await;
+        match sought {
+            Ok(Ok(to)) => {
+                tracing::info!(shard = self.shard.0, to, "shard log sought back for the store's lost state");
+                Some(to)
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(shard = self.shard.0, error = %e, "seeking the shard's log failed");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(shard = self.shard.0, error = %e, "the seek task failed");
+                None
+            }
+        }
     }
 
     /// Starts begins in log order, skipping none: stops at a record whose dispatch id is being
     /// begun already (its duplicate must see the first observation's receipt).
     fn start_begins(&mut self) {
-        while self.beginning.len() < BEGINS_IN_FLIGHT {
+        while self.beginning.len() < BEGINS_IN_FLIGHT && !self.stopped() {
             let Some(front) = self.to_begin.front() else { return };
             let key = front.key.clone().unwrap_or_default();
             if self.beginning.contains(&key) {
@@ -253,6 +334,12 @@ impl Pipeline {
                 for (lane, result) in results {
                     let l = usize::from(lane.get());
                     self.advancing[l] = false;
+                    if self.resync.advance_answered(&result) && !self.rewind_reading && self.rewind_to.is_none() {
+                        // Where the store's watermarks are now is where to read again from.
+                        self.rewind_reading = true;
+                        let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
+                        self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
+                    }
                     match result {
                         Ok(wm) => {
                             self.advanced[l] = self.advanced[l].max(wm.through);
@@ -264,7 +351,15 @@ impl Pipeline {
                     }
                 }
             }
+            Done::Watermarks(Ok(wms)) if self.rewind_reading => {
+                self.rewind_reading = false;
+                self.rewind(next_after(&wms));
+            }
             Done::Watermarks(Ok(wms)) => {
+                self.resync.started_at(&wms);
+                if let Some(to) = self.resync.behind_at_start() {
+                    self.rewind(to);
+                }
                 for wm in wms {
                     let l = usize::from(wm.lane.get());
                     self.advanced[l] = self.advanced[l].max(wm.through);
@@ -272,6 +367,7 @@ impl Pipeline {
                 self.watermarks_known = true;
             }
             Done::Watermarks(Err(e)) => {
+                self.rewind_reading = false;
                 tracing::warn!(shard = self.shard.0, error = %e, "reading lane watermarks failed (lag unknown until they advance)");
             }
             Done::Gc(result) => {
@@ -328,7 +424,7 @@ impl Pipeline {
 
     /// One page: advance every lane whose complete prefix grew; report lag; collect.
     fn tick(&mut self) {
-        if self.revoked.is_cancelled() {
+        if self.stopped() {
             return;
         }
         self.advance_page();
@@ -389,7 +485,7 @@ impl Pipeline {
     fn store_passed(&mut self) {
         let passed = self.advanced.iter().copied().min().flatten();
         let Some(last) = self.window.storable(passed) else { return };
-        if self.revoked.is_cancelled() {
+        if self.stopped() {
             return;
         }
         let offset = i64::try_from(last).unwrap_or(i64::MAX);

@@ -91,7 +91,8 @@ pub async fn open_scylla_messages(
 ) -> anyhow::Result<crate::scylla::ScyllaMessageStore> {
     use anyhow::Context;
     let hosts = config.hosts.join(",");
-    let session = crate::scylla::open_session(config).await.with_context(|| format!("connecting to scylla at {hosts}"))?;
+    let session =
+        crate::scylla::open_session(config).await.with_context(|| format!("connecting to scylla at {hosts}"))?;
     let schema = crate::scylla::readiness(&session, config).await.context("reading the scylla schema")?;
     if !schema.is_ready() {
         anyhow::bail!("scylla keyspace {} is not ready: {schema:?}; run `{migrate_command}`", config.keyspace);

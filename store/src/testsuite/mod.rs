@@ -21,6 +21,7 @@ pub mod high_water;
 pub mod mailbox;
 pub mod membership;
 pub mod message;
+pub mod private_redis;
 
 use std::sync::Arc;
 

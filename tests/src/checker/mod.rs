@@ -18,7 +18,7 @@ pub mod observe;
 pub mod rules;
 mod verdict;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use anyhow::Context;
 use qim_store::ids::{ConversationId, TenantId, UnixMillis, UserId};
@@ -99,6 +99,8 @@ pub struct Observed {
     pub archive: Vec<ArchivedRow>,
     /// The hot tier's records, per conversation oldest first.
     pub hot: Vec<MessageRecord>,
+    /// Conversations whose hot tier is not trusted yet after Redis lost state.
+    pub hot_untrusted: HashSet<(TenantId, ConversationId)>,
     /// Every member's mailbox.
     pub mailboxes: HashMap<UserId, Vec<EventGroup>>,
     /// Every lane watermark.
@@ -176,9 +178,9 @@ pub async fn observe(input: &CheckInput, x: &Expect) -> anyhow::Result<Observed>
     let conversations: Vec<_> = top.iter().map(|((t, c), max)| (*t, *c, *max)).collect();
     let archive = observe::read_archive(env, &conversations).await.context("reading the archive")?;
     let pairs: Vec<_> = conversations.iter().map(|(t, c, _)| (*t, *c)).collect();
-    let hot = observe::read_hot(env, x.policy, &pairs).await.context("reading the hot tier")?;
+    let (hot, hot_untrusted) = observe::read_hot(env, x.policy, &pairs).await.context("reading the hot tier")?;
     let users: BTreeSet<(TenantId, UserId)> = x.members.values().flatten().map(|u| (tenant, *u)).collect();
     let mailboxes = observe::read_mailboxes(env, &users).await.context("reading the mailboxes")?;
     let watermarks = observe::read_watermarks(env, env.mailbox_shards).await.context("reading the lane watermarks")?;
-    Ok(Observed { messages, dispatches, archive, hot, mailboxes, watermarks, now })
+    Ok(Observed { messages, dispatches, archive, hot, hot_untrusted, mailboxes, watermarks, now })
 }

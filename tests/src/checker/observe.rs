@@ -1,7 +1,7 @@
 //! What the checker reads from the stores: the archive (CQL, with TTLs), the hot tier and the
 //! mailboxes (through the `qim-store` Redis backends), and the lane watermarks.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -92,7 +92,8 @@ impl HistoryAuthorizer for Everyone {
 }
 
 /// Every record the Redis hot tier holds for each conversation, in the order its history pages
-/// return them (oldest first).
+/// return them (oldest first), and the conversations whose hot tier is not trusted (Redis lost
+/// state and no send revalidated the conversation since: readers merge the archive in).
 ///
 /// # Errors
 ///
@@ -101,10 +102,14 @@ pub async fn read_hot(
     env: &PipelineEnv,
     policy: RetentionPolicy,
     conversations: &[(TenantId, ConversationId)],
-) -> anyhow::Result<Vec<MessageRecord>> {
+) -> anyhow::Result<(Vec<MessageRecord>, HashSet<(TenantId, ConversationId)>)> {
     let store = RedisMessageStore::open(&env.redis_config(), policy, Arc::new(SystemClock)).await?;
     let mut out = Vec::new();
+    let mut untrusted = HashSet::new();
     for (tenant, conversation) in conversations {
+        if !store.hot_tier_trusted(*tenant, *conversation).await.context("checking a hot tier's lease")? {
+            untrusted.insert((*tenant, *conversation));
+        }
         let mut anchor: Option<ConversationSeq> = None;
         loop {
             let query = HistoryQuery {
@@ -126,7 +131,7 @@ pub async fn read_hot(
             }
         }
     }
-    Ok(out)
+    Ok((out, untrusted))
 }
 
 /// Every event group in each user's mailbox (epoch 0, from the origin), ascending as

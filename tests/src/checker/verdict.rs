@@ -83,7 +83,8 @@ pub struct Counts {
     pub archived: usize,
     /// Acknowledged messages found in the hot tier.
     pub hot: usize,
-    /// Acknowledged messages the hot tier is not required to hold (wiped or past its window).
+    /// Acknowledged messages the hot tier is not required to hold (past its window, wiped, or in a
+    /// conversation whose hot tier is not trusted since Redis lost state).
     pub hot_exempt: usize,
     /// Seq holes across all conversations (legal; reported).
     pub holes: usize,

@@ -75,7 +75,8 @@ async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<
     Ok(())
 }
 
-async fn fill_topic(brokers: &str, topic: &str, records: &[MessageRecord]) -> anyhow::Result<()> {
+/// Produces `records` to `topic` as the writer would (idempotent, `acks=all`), all queued at once.
+pub async fn fill_topic(brokers: &str, topic: &str, records: &[MessageRecord]) -> anyhow::Result<()> {
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")

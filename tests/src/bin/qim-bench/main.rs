@@ -8,6 +8,7 @@
 //! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- archiver [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- dispatcher [--backend redis|scylla|both] [--members M]
+//! cargo run --release -p qim-tests --bin qim-bench -- restart --count 1000000 [--conversations N] [--tail N]
 //! cargo build --release -p qim-writer -p qim-archiver -p qim-mailbox-dispatcher \
 //!   && cargo run --release -p qim-tests --bin qim-bench -- pipeline [--count N] [--json FILE]
 //! ```
@@ -15,7 +16,8 @@
 //! Options: `--count` commits (default 20000), `--concurrency` tasks in flight (64),
 //! `--conversations` (256), `--payload` bytes (200), `--redis-url` (redis://127.0.0.1:6379/0),
 //! `--scylla-hosts` (127.0.0.1:9042), `--backend` (dispatcher: `both`), `--members` (dispatcher:
-//! members per conversation; default two runs, 5000 and 500),
+//! members per conversation; default two runs, 5000 and 500), `--tail` (restart: records the
+//! archiver's group is behind, 10000),
 //! `--json FILE` to also write the figures (`pipeline` always writes them, by default to
 //! `target/qim-bench-pipeline.json`).
 
@@ -26,6 +28,7 @@ mod http_hop;
 mod path_costs;
 mod pipeline;
 mod redis;
+mod restart;
 mod scylla;
 mod scylla_mailbox;
 mod stages;
@@ -60,12 +63,14 @@ pub struct Args {
     pub backend: String,
     /// Members per conversation in the dispatcher benchmark (0: one run with 5000, one with 500).
     pub members: u64,
+    /// Records the archiver's group is behind in the restart benchmark.
+    pub tail: u64,
 }
 
 impl Args {
     fn parse(mut words: impl Iterator<Item = String>) -> anyhow::Result<(String, Self)> {
         let what = words.next().context(
-            "usage: qim-bench redis|scylla|writer|archiver|dispatcher|pipeline [options] (see the module docs)",
+            "usage: qim-bench redis|scylla|writer|archiver|dispatcher|pipeline|restart [options] (see the module docs)",
         )?;
         let mut args = Args {
             count: 20_000,
@@ -77,6 +82,7 @@ impl Args {
             json: None,
             backend: "both".into(),
             members: 0,
+            tail: 10_000,
         };
         while let Some(flag) = words.next() {
             let value = words.next().with_context(|| format!("{flag} needs a value"))?;
@@ -91,6 +97,7 @@ impl Args {
                 "--json" => args.json = Some(value),
                 "--backend" => args.backend = value,
                 "--members" => args.members = number()?,
+                "--tail" => args.tail = number()?,
                 other => bail!("unknown option {other}"),
             }
         }
@@ -174,7 +181,10 @@ async fn main() -> anyhow::Result<()> {
         "archiver" => archiver::run(&args).await?,
         "dispatcher" => dispatcher::run(&args).await?,
         "pipeline" => pipeline::run(&args).await?,
-        other => bail!("unknown benchmark {other:?} (known: redis, scylla, writer, archiver, dispatcher, pipeline)"),
+        "restart" => restart::run(&args).await?,
+        other => {
+            bail!("unknown benchmark {other:?} (known: redis, scylla, writer, archiver, dispatcher, pipeline, restart)")
+        }
     };
     let json = args.json.clone().or_else(|| (what == "pipeline").then(|| "target/qim-bench-pipeline.json".to_owned()));
     if let Some(path) = &json {

@@ -70,6 +70,7 @@ mod tests {
             dispatches: Vec::new(),
             archive: Vec::new(),
             hot,
+            hot_untrusted: Default::default(),
             mailboxes: HashMap::new(),
             watermarks: Vec::new(),
             now: UnixMillis(2_000),
