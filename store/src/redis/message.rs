@@ -702,10 +702,12 @@ impl MessageStore for RedisMessageStore {
         let (tenant, conversation) = (key.tenant, request.conversation);
         let request_bytes = encode_request(request);
         // (1) A seq (the key's claim, or a new one) and the recovery entry: one round trip. An
-        // allocation that issued nothing says what its lease needs first; then again.
-        let (seq, created_at, member) = loop {
-            let created_at = self.clock.now();
-            let member = aux_member(key, created_at);
+        // allocation that issued nothing says what its lease needs first; then again, with the
+        // same `created_at` (so the same recovery entry, written again, and no orphan entries).
+        let created_at = self.clock.now();
+        let member = aux_member(key, created_at);
+        let mut waits = 0u32;
+        let seq = loop {
             let mut batch = Batch::default();
             self.allocate_seq(&mut batch, key, conversation, created_at);
             batch.command("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member);
@@ -722,12 +724,22 @@ impl MessageStore for RedisMessageStore {
                     // No commit may exist without its recovery entry: stop here. The seq stays
                     // the key's claim, so a retry gets it again.
                     answered("writing the recovery index", listed)?;
-                    break (seq, created_at, member);
+                    break seq;
                 }
                 other => {
-                    // This attempt's recovery entry leads nowhere: the scan skips it and the
-                    // auxiliary GC collects it.
-                    if let Err(e) = self.prepare_lease(tenant, conversation, other).await {
+                    if matches!(other, Allocation::Wait) {
+                        waits += 1;
+                        if waits > lease::MAX_WAITS {
+                            let e = StoreError::Unavailable {
+                                message: format!(
+                                    "conversation {conversation}: another caller is still revalidating its seq lease"
+                                ),
+                                source: None,
+                            };
+                            return self.reserve_without_seq(request, &request_bytes, &member, e).await;
+                        }
+                    }
+                    if let Err(e) = self.prepare_lease(tenant, conversation, other, waits).await {
                         return self.reserve_without_seq(request, &request_bytes, &member, e).await;
                     }
                 }

@@ -68,6 +68,10 @@ pub const DEFAULT_LEASE_BLOCK: u64 = 64;
 /// conversation at most this long.
 const TOKEN_MILLIS: u64 = 60_000;
 
+/// How many times one reserve waits for another caller's revalidation (20 ms, doubling up to
+/// 500 ms: about a minute, the token's life) before it answers `Unavailable`.
+pub(super) const MAX_WAITS: u32 = 130;
+
 /// Records written back per restore batch (two Redis round trips each).
 const RESTORE_BATCH: usize = 512;
 
@@ -227,12 +231,14 @@ impl RedisMessageStore {
         }
     }
 
-    /// Does what an allocation that issued nothing asked for, so the next one can issue.
+    /// Does what an allocation that issued nothing asked for, so the next one can issue (`waits`:
+    /// how many times this reserve waited already).
     pub(super) async fn prepare_lease(
         &self,
         tenant: TenantId,
         conversation: ConversationId,
         allocation: Allocation,
+        waits: u32,
     ) -> StoreResult<()> {
         match allocation {
             Allocation::Issued { .. } => Ok(()),
@@ -244,7 +250,8 @@ impl RedisMessageStore {
                 self.revalidate(tenant, conversation, counter, floor, &token).await
             }
             Allocation::Wait => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                let pause = Duration::from_millis(20).saturating_mul(1 << waits.min(5)).min(Duration::from_millis(500));
+                tokio::time::sleep(pause).await;
                 Ok(())
             }
         }

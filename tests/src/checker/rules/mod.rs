@@ -88,6 +88,43 @@ mod tests {
         assert!(v.of(Invariant::Hole).any(|x| x.detail.contains(&MessageId([13; 16]).to_hex())), "{v}");
     }
 
+    fn ack(r: &MessageRecord) -> crate::workload::Ack {
+        crate::workload::Ack {
+            tenant: r.tenant.to_hex(),
+            conversation: r.conversation.to_hex(),
+            sender: r.sender.to_hex(),
+            client_message_id: r.client_message_id.as_str().to_owned(),
+            retention: r.retention.as_str().to_owned(),
+            message_id: r.message_id.to_hex(),
+            conversation_seq: r.seq.0,
+            created_at: r.created_at.0,
+        }
+    }
+
+    #[test]
+    fn a_message_missing_from_the_hot_tier_is_lost_unless_its_hot_tier_is_not_trusted() {
+        let (a, b) = (record(1, 10), record(2, 11));
+        let mut obs = observed(vec![raw(&a, 0), raw(&b, 1)], vec![a.clone()]);
+        obs.now = UnixMillis(1_500);
+        obs.archive = [&a, &b]
+            .iter()
+            .map(|r| crate::checker::observe::ArchivedRow {
+                record: Ok((*r).clone()),
+                seq: r.seq.0,
+                ttl: None,
+                index_expires_at: Some(None),
+                read_between: (1_500, 1_500),
+            })
+            .collect();
+        let x = Expect { acks: vec![ack(&a), ack(&b)], ..expect() };
+        let v = evaluate(&x, &obs);
+        assert!(v.of(Invariant::Lost).any(|l| l.detail.contains("not in the hot tier")), "{v}");
+        obs.hot_untrusted.insert((a.tenant, a.conversation));
+        let v = evaluate(&x, &obs);
+        assert!(v.is_ok(), "{v}");
+        assert_eq!((v.counts.hot, v.counts.hot_exempt), (1, 1), "{v}");
+    }
+
     #[test]
     fn a_clean_topic_passes_and_garbage_is_corrupt() {
         let obs = observed(vec![raw(&record(1, 10), 0), raw(&record(2, 11), 1)], Vec::new());
