@@ -35,7 +35,7 @@ pub enum StoreError {
     #[error("corrupt entry: {0}")]
     CorruptEntry(String),
     /// An internal rule was broken (for example a `u64` with bit 63 set bound to a CQL
-    /// `bigint`, or seq counters that lost state and were not re-seeded).
+    /// `bigint`, or a Redis store asked for a seq with no durable high-water mark to lease from).
     #[error("invariant violation: {0}")]
     InvariantViolation(String),
     /// The mailbox cursor lies in a trimmed or expired region; restart from `earliest`.

@@ -2,8 +2,8 @@
 //! everysec) and Cassandra are each killed with SIGKILL (`deploy/local/stack kill`) and brought
 //! back (`deploy/local/stack up`), once each; then the pipeline converges and the invariant
 //! checker must find nothing lost and nothing duplicated, and no conversation seq may have been
-//! issued twice (Redis may lose its last second of writes; the writer must re-seed rather than
-//! reissue).
+//! issued twice (Redis may lose its last second of writes; each conversation must revalidate its
+//! seq lease against the durable high-water mark rather than reissue).
 //!
 //! This test restarts the shared local stack's servers: other tests running at the same time
 //! see connection errors. It always leaves the stack up.

@@ -13,7 +13,7 @@ use crate::stack;
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Deletes every Redis key of the run's namespace (`<ns>:*`, the hot tier, commit state, seq
-/// counters and their seed markers, membership, mailboxes, watermarks). Returns how many.
+/// counters and leases, the member cache, mailboxes, watermarks). Returns how many.
 ///
 /// # Errors
 ///

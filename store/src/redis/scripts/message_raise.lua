@@ -1,5 +1,5 @@
--- Raises a counter-like key to at least ARGV[1] (never lowers it): re-seeding a seq counter
--- from durable evidence, or moving an archived watermark forward.
+-- Raises a counter-like key to at least ARGV[1] (never lowers it): moving an archived watermark
+-- forward.
 --
 -- KEYS[1]  the key (a decimal integer, absent = 0)
 -- ARGV[1]  the value to reach
