@@ -113,6 +113,15 @@ pub trait MailboxStore: Send + Sync {
     /// Where one lane of one shard stands.
     async fn lane_watermark(&self, shard: ShardId, lane: LaneId) -> StoreResult<LaneWatermark>;
 
+    /// An opaque token of the shard's state that changes whenever the store may have lost or
+    /// rolled back any of it (Redis: flushed, restarted, failed over, restored from an older
+    /// snapshot). A dispatcher that sees it change reads the shard's log again from the lane
+    /// watermarks. Stores that never lose acknowledged writes answer a constant (the default).
+    async fn shard_incarnation(&self, shard: ShardId) -> StoreResult<String> {
+        let _ = shard;
+        Ok(String::new())
+    }
+
     /// Moves the lane's watermark to `through`, an offset where a dispatch was observed, when
     /// every dispatch observed in this shard above the current watermark and at or below
     /// `through` has its lane work complete; otherwise `Conflict` naming the first incomplete

@@ -113,22 +113,14 @@ async fn after_the_topic_forgot_and_redis_lost_everything_no_seq_is_reissued() {
     for c in &plan.conversations {
         // Every original is still in the archive and served, with the new one, to a member who
         // was never added again.
-        let url = format!(
-            "{}/v1/tenants/{}/conversations/{}/messages?viewer={}&direction=newer&max_items=500",
-            pipeline.writer.base_url(),
-            plan.tenant,
-            c.id,
-            c.members[1]
-        );
-        let page = get_json(&url).await;
-        let served: HashMap<&str, u64> = page["records"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| (r["message_id"].as_str().unwrap(), r["seq"].as_u64().unwrap()))
-            .collect();
+        let served: HashMap<String, u64> =
+            workload::history(pipeline.writer.base_url(), &plan.tenant, &c.id, &c.members[1])
+                .await
+                .unwrap()
+                .into_iter()
+                .collect();
         for a in all.iter().filter(|a| a.conversation == c.id) {
-            assert_eq!(served.get(a.message_id.as_str()), Some(&a.conversation_seq), "history of {} lost {a:?}", c.id);
+            assert_eq!(served.get(&a.message_id), Some(&a.conversation_seq), "history of {} lost {a:?}", c.id);
         }
         // And receives the new message in its mailbox.
         let new = second.acks.iter().find(|a| a.conversation == c.id).unwrap();

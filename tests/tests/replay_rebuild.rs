@@ -94,21 +94,11 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     pipeline.converge(&acks, Duration::from_secs(90)).await.expect("converges after the rebuild");
 
     // History from before the wipe is served through the writer's API, in every conversation.
-    for conversation in &plan.conversations {
-        let url = format!(
-            "{}/v1/tenants/{}/conversations/{}/messages?viewer={}&direction=newer&max_items=500",
-            pipeline.writer.base_url(),
-            plan.tenant,
-            conversation.id,
-            conversation.members[0]
-        );
-        let page: serde_json::Value =
-            reqwest::get(&url).await.unwrap().error_for_status().unwrap().json().await.unwrap();
-        let served: Vec<&str> =
-            page["records"].as_array().unwrap().iter().filter_map(|r| r["message_id"].as_str()).collect();
-        for a in acks.iter().filter(|a| a.conversation == conversation.id) {
+    for c in &plan.conversations {
+        let served = workload::history(pipeline.writer.base_url(), &plan.tenant, &c.id, &c.members[0]).await.unwrap();
+        for a in acks.iter().filter(|a| a.conversation == c.id) {
             assert!(
-                served.contains(&a.message_id.as_str()),
+                served.iter().any(|(id, seq)| *id == a.message_id && *seq == a.conversation_seq),
                 "history lost {} (seq {})",
                 a.message_id,
                 a.conversation_seq

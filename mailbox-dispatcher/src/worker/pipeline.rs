@@ -41,10 +41,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::resync::{next_after, Resync};
+use super::resync::{next_after, seek_back, Resync};
 use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
 use super::window::Window;
-use crate::metrics::{DISPATCHES_COLLECTED, LANE_WATERMARK_LAG, SHARD_RESYNCS, WATERMARK_ADVANCES};
+use crate::metrics::{DISPATCHES_COLLECTED, LANE_WATERMARK_LAG, WATERMARK_ADVANCES};
 
 /// Most records in flight per shard.
 pub const MAX_WINDOW_RECORDS: usize = 1024;
@@ -66,21 +66,22 @@ const GC_LIMIT: usize = 1_000;
 const LANE_COUNT: usize = LANES as usize;
 
 /// A finished task of the pipeline.
-enum Done {
+pub(super) enum Done {
     Begin(u64, Vec<u8>, Begun),
     Chunks(ChunksDone),
     Advance(Vec<(LaneId, StoreResult<LaneWatermark>)>),
     Watermarks(StoreResult<Vec<LaneWatermark>>),
+    Incarnation(StoreResult<String>),
     Gc(StoreResult<usize>),
 }
 
 /// One shard's pipeline (see the module docs).
 pub struct Pipeline {
-    ctx: Arc<ShardContext>,
-    shard: ShardId,
+    pub(super) ctx: Arc<ShardContext>,
+    pub(super) shard: ShardId,
     revoked: CancellationToken,
     shutdown: CancellationToken,
-    window: Window,
+    pub(super) window: Window,
     to_begin: VecDeque<Record>,
     beginning: HashSet<Vec<u8>>,
     lanes: Vec<VecDeque<ChunkJob>>,
@@ -95,15 +96,23 @@ pub struct Pipeline {
     gc_running: bool,
     last_gc: Instant,
     dirty: bool,
-    tasks: JoinSet<Done>,
+    pub(super) tasks: JoinSet<Done>,
     /// Whether the store is behind this pipeline (see [`super::resync`]).
-    resync: Resync,
+    pub(super) resync: Resync,
     /// Set once the store was found behind: read the log again from this offset.
-    rewind_to: Option<u64>,
+    pub(super) rewind_to: Option<u64>,
+    /// Stops the retries of started steps: on revocation (a child of `revoked`) and on a rewind
+    /// (a step refused because the store lost its dispatch would retry forever).
+    pub(super) steps: CancellationToken,
     /// The watermarks are being read again to find where to rewind to.
-    rewind_reading: bool,
+    pub(super) rewind_reading: bool,
     /// Records before the one at this offset are stale (this pipeline follows a rewind there).
     resume_at: Option<u64>,
+    /// The store's incarnation of the shard when this pipeline started; a change means the
+    /// store may have lost state (see [`super::resync`]).
+    pub(super) incarnation: Option<String>,
+    /// An incarnation read is under way.
+    pub(super) checking_incarnation: bool,
 }
 
 impl Pipeline {
@@ -117,6 +126,7 @@ impl Pipeline {
         resume_at: Option<u64>,
     ) -> Self {
         Self {
+            steps: revoked.child_token(),
             ctx,
             shard,
             revoked,
@@ -140,6 +150,8 @@ impl Pipeline {
             rewind_to: None,
             rewind_reading: false,
             resume_at,
+            incarnation: None,
+            checking_incarnation: false,
         }
     }
 
@@ -148,25 +160,12 @@ impl Pipeline {
         self.revoked.is_cancelled() || self.rewind_to.is_some()
     }
 
-    /// The store is behind: stop, and read the log again from `to`.
-    fn rewind(&mut self, to: u64) {
-        if self.rewind_to.is_none() {
-            tracing::error!(
-                shard = self.shard.0,
-                from = to,
-                received_up_to = ?self.window.highest(),
-                "the mailbox store lost this shard's state; dispatching its log again from the store's watermarks"
-            );
-            counter!(SHARD_RESYNCS, "shard" => self.shard.0.to_string()).increment(1);
-            self.rewind_to = Some(to);
-        }
-    }
-
     /// Runs until revoked (then until every started step finished) or shut down (then until
     /// every received record is done), or until the store is found behind: then, once every
     /// started step finished, seeks the partition to where the store's watermarks are and
     /// returns that offset (a new pipeline takes over from there).
     pub async fn run(mut self, mut input: mpsc::Receiver<Record>) -> Option<u64> {
+        self.check_incarnation();
         let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
         self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
         let mut tick = tokio::time::interval(self.ctx.advance_every);
@@ -230,42 +229,11 @@ impl Pipeline {
         }
         self.store_passed();
         if let (Some(to), false) = (self.rewind_to, self.revoked.is_cancelled()) {
-            return self.seek(to).await;
+            return seek_back(&self.ctx, self.shard, to).await;
         }
         let why = if self.revoked.is_cancelled() && !self.shutdown.is_cancelled() { "revoked" } else { "shutdown" };
         tracing::info!(shard = shard.0, why, left_in_flight = self.window.len(), "shard pipeline stopped");
         None
-    }
-
-    /// Seeks the partition to `to` (at least its first retained offset); the offset sought, or
-    /// `None` when the seek failed (the partition is then read on from where it was, and the
-    /// next pipeline finds the store behind again).
-    async fn seek(&self, to: u64) -> Option<u64> {
-        let (consumer, topic) = (Arc::clone(&self.ctx.consumer), self.ctx.kafka.dispatch_topic.clone());
-        let partition = i32::from(self.shard.0);
-        let sought = tokio::task::spawn_blocking(move || -> Result<u64, String> {
-            let timeout = Duration::from_secs(10);
-            let (low, _) = consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?;
-            let to = to.max(u64::try_from(low).unwrap_or(0));
-            let offset = rdkafka::Offset::Offset(i64::try_from(to).unwrap_or(i64::MAX));
-            consumer.seek(&topic, partition, offset, timeout).map_err(|e| e.to_string())?;
-            Ok(to)
-        })
-        .await;
-        match sought {
-            Ok(Ok(to)) => {
-                tracing::info!(shard = self.shard.0, to, "shard log sought back for the store's lost state");
-                Some(to)
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(shard = self.shard.0, error = %e, "seeking the shard's log failed");
-                None
-            }
-            Err(e) => {
-                tracing::warn!(shard = self.shard.0, error = %e, "the seek task failed");
-                None
-            }
-        }
     }
 
     /// Starts begins in log order, skipping none: stops at a record whose dispatch id is being
@@ -279,7 +247,7 @@ impl Pipeline {
             }
             let record = self.to_begin.pop_front().expect("front exists");
             self.beginning.insert(key.clone());
-            let (ctx, shard, cancel) = (Arc::clone(&self.ctx), self.shard, self.revoked.clone());
+            let (ctx, shard, cancel) = (Arc::clone(&self.ctx), self.shard, self.steps.clone());
             let offset = record.offset;
             self.tasks.spawn(async move { Done::Begin(offset, key, begin(ctx, shard, record, cancel).await) });
         }
@@ -307,7 +275,7 @@ impl Pipeline {
             self.next_lane = (lane + 1) % LANE_COUNT;
             self.lane_running[lane] += 1;
             self.chunks_running += 1;
-            let (store, cancel) = (Arc::clone(&self.ctx.store), self.revoked.clone());
+            let (store, cancel) = (Arc::clone(&self.ctx.store), self.steps.clone());
             let lane = LaneId::new(lane as u8).expect("a lane index");
             self.tasks.spawn(async move { Done::Chunks(write_chunks(store, lane, batch, cancel).await) });
         }
@@ -328,17 +296,16 @@ impl Pipeline {
                         self.window.chunk_done(offset, chunk);
                     }
                     self.dirty = true;
+                } else if c.lost_dispatch {
+                    self.store_lost_state();
                 }
             }
             Done::Advance(results) => {
                 for (lane, result) in results {
                     let l = usize::from(lane.get());
                     self.advancing[l] = false;
-                    if self.resync.advance_answered(&result) && !self.rewind_reading && self.rewind_to.is_none() {
-                        // Where the store's watermarks are now is where to read again from.
-                        self.rewind_reading = true;
-                        let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
-                        self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
+                    if self.resync.advance_answered(&result) {
+                        self.store_lost_state();
                     }
                     match result {
                         Ok(wm) => {
@@ -370,6 +337,7 @@ impl Pipeline {
                 self.rewind_reading = false;
                 tracing::warn!(shard = self.shard.0, error = %e, "reading lane watermarks failed (lag unknown until they advance)");
             }
+            Done::Incarnation(result) => self.incarnation_read(result),
             Done::Gc(result) => {
                 self.gc_running = false;
                 match result {
@@ -422,11 +390,13 @@ impl Pipeline {
         }
     }
 
-    /// One page: advance every lane whose complete prefix grew; report lag; collect.
+    /// One page: check the store's incarnation, advance every lane whose complete prefix grew;
+    /// report lag; collect.
     fn tick(&mut self) {
         if self.stopped() {
             return;
         }
+        self.check_incarnation();
         self.advance_page();
         if self.watermarks_known {
             if let Some(highest) = self.window.highest() {

@@ -5,18 +5,36 @@
 //! The store's lane watermarks say which records it holds everything of: every lane passed
 //! `next - 1`, so reading the log again from `next` rebuilds whatever it lost above (the same
 //! entries at the same mailbox seqs: a dispatch's seq comes from its first observed offset, and
-//! every write is a same-value upsert). Two signs that the store is behind the pipeline:
+//! every write is a same-value upsert). Signs that the store is behind the pipeline:
 //!
+//! - the store's incarnation of the shard changed (`MailboxStore::shard_incarnation`, read
+//!   every page: Redis flushed, restarted, failed over or restored); the one sure sign while
+//!   running, since a rolled-back store also rolls back the records its watermarks check;
 //! - at start, the first record delivered (from the group's committed offset) is above `next`:
 //!   offsets are committed only after every lane's watermark passed them, so the store has lost
 //!   watermarks it once had;
 //! - while running, the store keeps refusing to advance a lane over work this pipeline wrote
 //!   and saw completed (`Conflict`: incomplete; `InvalidInput`: no dispatch observed there):
 //!   it lost the chunk completions or receipts. A refusal can only be this, so a few in a row
-//!   ([`STRIKES`]) are enough.
+//!   ([`STRIKES`]) are enough;
+//! - a chunk step finds a dispatch this pipeline began unknown to the store (`NotFound`).
+//!
+//! The pipeline then stops its steps (their retries could never succeed), reads the store's
+//! watermarks, and ends by seeking the partition back to them.
 
-use qim_store::mailbox::LaneWatermark;
+use std::sync::Arc;
+use std::time::Duration;
+
+use qim_store::mailbox::{LaneWatermark, ShardId};
 use qim_store::{ErrorKind, StoreError};
+use rdkafka::consumer::Consumer;
+
+use metrics::counter;
+use qim_store::StoreResult;
+
+use super::pipeline::{Done, Pipeline};
+use super::steps::{read_watermarks, ShardContext};
+use crate::metrics::SHARD_RESYNCS;
 
 /// Consecutive refused advances after which the store is taken to have lost state.
 pub const STRIKES: u32 = 3;
@@ -72,9 +90,93 @@ impl Resync {
     }
 }
 
+/// How a pipeline notices that its store lost state, and ends to read the log again.
+impl Pipeline {
+    /// The store is behind: stop, and read the log again from `to`.
+    pub(super) fn rewind(&mut self, to: u64) {
+        if self.rewind_to.is_none() {
+            tracing::error!(
+                shard = self.shard.0,
+                from = to,
+                received_up_to = ?self.window.highest(),
+                "the mailbox store lost this shard's state; dispatching its log again from the store's watermarks"
+            );
+            counter!(SHARD_RESYNCS, "shard" => self.shard.0.to_string()).increment(1);
+            self.rewind_to = Some(to);
+            self.steps.cancel();
+        }
+    }
+
+    /// Reads the store's incarnation of the shard (one read at a time).
+    pub(super) fn check_incarnation(&mut self) {
+        if self.checking_incarnation {
+            return;
+        }
+        self.checking_incarnation = true;
+        let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
+        self.tasks.spawn(async move { Done::Incarnation(store.shard_incarnation(shard).await) });
+    }
+
+    /// The store lost state this pipeline wrote: find where its watermarks are now, which is
+    /// where to read the log again from (then [`Self::rewind`]).
+    pub(super) fn store_lost_state(&mut self) {
+        if self.rewind_reading || self.rewind_to.is_some() {
+            return;
+        }
+        self.rewind_reading = true;
+        let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
+        self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
+    }
+
+    /// What an incarnation read answered: the first is the pipeline's; another one later means
+    /// the store may have lost the shard's state.
+    pub(super) fn incarnation_read(&mut self, result: StoreResult<String>) {
+        self.checking_incarnation = false;
+        match (result, &self.incarnation) {
+            (Ok(now), None) => self.incarnation = Some(now),
+            (Ok(now), Some(was)) if *was != now => {
+                tracing::warn!(shard = self.shard.0, %was, %now, "the store's incarnation of this shard changed");
+                self.store_lost_state();
+            }
+            (Ok(_), Some(_)) => {}
+            (Err(e), _) => tracing::warn!(shard = self.shard.0, error = %e, "reading the shard's incarnation failed"),
+        }
+    }
+}
+
+/// Seeks `shard`'s partition back to `to` (at least its first retained offset), for a new
+/// pipeline to read on from there; the offset sought, or `None` when the seek failed (the
+/// partition is then read on from where it was, and the next pipeline finds the store behind
+/// again).
+pub async fn seek_back(ctx: &ShardContext, shard: ShardId, to: u64) -> Option<u64> {
+    let (consumer, topic) = (Arc::clone(&ctx.consumer), ctx.kafka.dispatch_topic.clone());
+    let partition = i32::from(shard.0);
+    let sought = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+        let timeout = Duration::from_secs(10);
+        let (low, _) = consumer.fetch_watermarks(&topic, partition, timeout).map_err(|e| e.to_string())?;
+        let to = to.max(u64::try_from(low).unwrap_or(0));
+        let offset = rdkafka::Offset::Offset(i64::try_from(to).unwrap_or(i64::MAX));
+        consumer.seek(&topic, partition, offset, timeout).map_err(|e| e.to_string())?;
+        Ok(to)
+    })
+    .await
+    .map_err(|e| format!("the seek task failed: {e}"))
+    .and_then(|r| r);
+    match sought {
+        Ok(to) => {
+            tracing::info!(shard = shard.0, to, "shard log sought back for the store's lost state");
+            Some(to)
+        }
+        Err(e) => {
+            tracing::warn!(shard = shard.0, error = %e, "seeking the shard's log back failed");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use qim_store::mailbox::{LaneId, ShardId};
+    use qim_store::mailbox::LaneId;
 
     use super::*;
 

@@ -163,6 +163,8 @@ pub struct ChunksDone {
     pub chunks: Vec<(u64, ChunkId)>,
     /// `true` when all were written and durably marked complete; `false` when abandoned.
     pub completed: bool,
+    /// The store no longer knows a dispatch of the batch (`NotFound`): it lost its state.
+    pub lost_dispatch: bool,
 }
 
 /// Writes the entries of a batch of chunks of one lane (one store call), then marks them all
@@ -177,19 +179,28 @@ pub async fn write_chunks(
     let chunks: Vec<(u64, ChunkId)> = jobs.iter().map(|j| (j.offset, j.chunk)).collect();
     let writes: Vec<ChunkWrite<'_>> =
         jobs.iter().map(|j| ChunkWrite { receipt: &j.receipt, manifest: &j.manifest, chunk: j.chunk }).collect();
-    let written = retry_store("append_chunks", &cancel, never, || store.append_chunks(&writes)).await;
-    let Some(Ok(entries)) = written else { return ChunksDone { lane, chunks, completed: false } };
+    // A dispatch the store does not know (any more) was begun here: the store lost its state,
+    // and retrying can not bring it back; the pipeline reads the log again instead.
+    let lost = |k: ErrorKind| k == ErrorKind::NotFound;
+    let abandoned = |result: &Option<Result<_, StoreError>>, chunks| ChunksDone {
+        lane,
+        chunks,
+        completed: false,
+        lost_dispatch: matches!(result, Some(Err(e)) if e.kind() == ErrorKind::NotFound),
+    };
+    let written = retry_store("append_chunks", &cancel, lost, || store.append_chunks(&writes)).await;
+    let Some(Ok(entries)) = written else { return abandoned(&written.map(|r| r.map(drop)), chunks) };
     crate::failpoint::crash_point("dispatcher::worker_after_chunk_write");
     let marks: Vec<(DispatchId, ChunkId)> = jobs.iter().map(|j| (j.receipt.id, j.chunk)).collect();
-    let marked = retry_store("mark_chunks_completed", &cancel, never, || store.mark_chunks_completed(&marks));
-    if !matches!(marked.await, Some(Ok(()))) {
-        return ChunksDone { lane, chunks, completed: false };
+    let marked = retry_store("mark_chunks_completed", &cancel, lost, || store.mark_chunks_completed(&marks)).await;
+    if !matches!(marked, Some(Ok(()))) {
+        return abandoned(&marked, chunks);
     }
     crate::failpoint::crash_point("dispatcher::worker_after_chunk_complete");
     counter!(ENTRIES_WRITTEN).increment(entries as u64);
     histogram!(CHUNK_SECONDS).record(started.elapsed().as_secs_f64());
     histogram!(CHUNK_BATCH_CHUNKS).record(chunks.len() as f64);
-    ChunksDone { lane, chunks, completed: true }
+    ChunksDone { lane, chunks, completed: true, lost_dispatch: false }
 }
 
 /// Advances lanes of `shard` to their targets in one store call (one attempt; the next page

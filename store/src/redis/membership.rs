@@ -28,7 +28,7 @@
 use async_trait::async_trait;
 use redis::aio::ConnectionManager;
 
-use super::{connect, redis_error, RedisConfig};
+use super::{connect_checked, redis_error, RedisConfig};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, TenantId, UserId};
 use crate::membership_store::{check_member_batch, check_page_limit, MembershipStore};
@@ -59,12 +59,7 @@ impl RedisMembershipStore {
     /// Connects to Redis (checking it answers) and opens the store in `config`'s namespace.
     /// `InvalidInput` for a bad namespace or URL, `Unavailable` when Redis does not answer.
     pub async fn open(config: &RedisConfig) -> StoreResult<Self> {
-        let mut con = connect(config).await?;
-        let _: String = redis::cmd("PING")
-            .query_async(&mut con)
-            .await
-            .map_err(|e| redis_error(&format!("pinging redis at {}", config.url), e))?;
-        Ok(Self { con, ns: config.namespace.clone() })
+        Ok(Self { con: connect_checked(config).await?, ns: config.namespace.clone() })
     }
 
     /// The set holding a conversation's members (for tests and tools that inspect it).

@@ -28,7 +28,7 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
-use super::{connect, redis_error, RedisConfig};
+use super::{connect_checked, redis_error, RedisConfig};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, TenantId, UserId};
 
@@ -93,12 +93,7 @@ fn unexpected(what: &str, reply: &Value) -> StoreError {
 impl RedisMembershipCache {
     /// Connects to Redis (checking it answers) and opens the cache in `config`'s namespace.
     pub async fn open(config: &RedisConfig) -> StoreResult<Self> {
-        let mut con = connect(config).await?;
-        let _: String = redis::cmd("PING")
-            .query_async(&mut con)
-            .await
-            .map_err(|e| redis_error(&format!("pinging redis at {}", config.url), e))?;
-        Ok(Self { con, ns: config.namespace.clone() })
+        Ok(Self { con: connect_checked(config).await?, ns: config.namespace.clone() })
     }
 
     fn keys(&self, tenant: TenantId, conversation: ConversationId) -> [String; 3] {

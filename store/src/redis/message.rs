@@ -149,7 +149,7 @@ use self::inflight::InFlight;
 use self::keys::{aux_member, Keys};
 use self::lease::{Allocation, Renewals};
 use self::scripts::{answered, bytes, expect_ok, invoke, query, run, status, Batch, Link, Reply};
-use super::{connect, RedisConfig};
+use super::{connect_checked, RedisConfig};
 use crate::clock::Clock;
 use crate::codec::{decode_commit, encode_commit, encode_intent, encode_record, encode_request};
 use crate::error::{StoreError, StoreResult};
@@ -239,7 +239,7 @@ impl RedisMessageStore {
         policy: RetentionPolicy,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
-        let con = Link::new(connect(config).await?);
+        let con = Link::new(connect_checked(config).await?);
         let store = Self {
             con,
             keys: Keys::new(&config.namespace),
@@ -251,7 +251,6 @@ impl RedisMessageStore {
             leases: None,
             renewals: Arc::default(),
         };
-        let _: String = query(&store.con, &format!("pinging redis at {}", config.url), &redis::cmd("PING")).await?;
         Ok(store)
     }
 

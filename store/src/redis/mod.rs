@@ -66,6 +66,16 @@ pub async fn connect(config: &RedisConfig) -> Result<ConnectionManager, StoreErr
         .map_err(|e| StoreError::unavailable(format!("connecting to redis at {}", config.url), e))
 }
 
+/// [`connect`], then a `PING`: a store opened with it is known to answer.
+pub async fn connect_checked(config: &RedisConfig) -> Result<ConnectionManager, StoreError> {
+    let mut con = connect(config).await?;
+    let _: String = redis::cmd("PING")
+        .query_async(&mut con)
+        .await
+        .map_err(|e| redis_error(&format!("pinging redis at {}", config.url), e))?;
+    Ok(con)
+}
+
 /// Maps a Redis failure to a store error: I/O, connection and cluster-down failures are
 /// `Unavailable`; a script's `condition failed`/`corrupt` replies are decoded by the callers.
 pub(crate) fn redis_error(what: &str, err: redis::RedisError) -> StoreError {

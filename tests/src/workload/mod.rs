@@ -119,6 +119,36 @@ pub async fn run(
     Ok(report)
 }
 
+/// Every record of a conversation's history as `viewer` reads it through the writer at `base`,
+/// oldest first: `(message id, seq)`.
+///
+/// # Errors
+///
+/// The writer refused a page (not a member: 403) or did not answer.
+pub async fn history(base: &str, tenant: &str, conversation: &str, viewer: &str) -> anyhow::Result<Vec<(String, u64)>> {
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
+    let mut out = Vec::new();
+    let mut anchor = String::new();
+    loop {
+        let url = format!(
+            "{base}/v1/tenants/{tenant}/conversations/{conversation}/messages?viewer={viewer}&direction=newer&max_items=500{anchor}"
+        );
+        let r = http.get(&url).send().await?;
+        if !r.status().is_success() {
+            bail!("GET {url}: {} {}", r.status(), r.text().await.unwrap_or_default());
+        }
+        let page: serde_json::Value = r.json().await?;
+        for record in page["records"].as_array().context("records")? {
+            let id = record["message_id"].as_str().context("message_id")?.to_owned();
+            out.push((id, record["seq"].as_u64().context("seq")?));
+        }
+        match (page["has_more"].as_bool(), out.last()) {
+            (Some(true), Some((_, seq))) => anchor = format!("&anchor={seq}"),
+            _ => return Ok(out),
+        }
+    }
+}
+
 async fn show_progress(done: Arc<AtomicU64>, total: u64, started: Instant) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;

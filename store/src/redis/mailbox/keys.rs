@@ -36,6 +36,8 @@ pub(super) struct ShardKeys {
     /// `<message id hex>` → max observed offset, `<message id hex>:<lane>` → chunks of the lane
     /// not yet complete: what watermarks and GC read of each dispatch, in one declared key.
     pub(super) work: String,
+    /// The shard's incarnation marker (`mailbox_incarnation.lua`).
+    pub(super) incarnation: String,
 }
 
 impl ShardKeys {
@@ -48,6 +50,7 @@ impl ShardKeys {
             seen: format!("{base}:seen"),
             watermarks: format!("{base}:wm"),
             work: format!("{base}:work"),
+            incarnation: format!("{base}:incarnation"),
         }
     }
 

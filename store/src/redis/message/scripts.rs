@@ -26,14 +26,22 @@ pub(super) static RESTORE_COMMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_restore_commit.lua")));
 pub(super) static HISTORY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_history.lua")));
-pub(super) static ALLOCATE_SEQ: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_allocate_seq.lua")));
+pub(super) static ALLOCATE_SEQ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../scripts/lease_prelude.lua"),
+        include_str!("../scripts/message_allocate_seq.lua")
+    ))
+});
 pub(super) static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_raise.lua")));
 pub(super) static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_trim.lua")));
 pub(super) static GC_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_gc_record.lua")));
-pub(super) static LEASE_INSTALL: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_lease_install.lua")));
+pub(super) static LEASE_INSTALL: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("../scripts/lease_prelude.lua"),
+        include_str!("../scripts/message_lease_install.lua")
+    ))
+});
 pub(super) static LEASE_CHECK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_lease_check.lua")));
 

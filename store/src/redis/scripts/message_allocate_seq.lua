@@ -31,26 +31,11 @@
 --                               read the durable mark and install a lease above it.
 --   {'wait'}                    another caller holds the revalidation token
 --   {'corrupt', reason}         a stored value is malformed
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-local function number(key, what)
-  local raw = redis.call('GET', key)
-  if not raw then
-    return 0, false
-  end
-  local n = tonumber(raw)
-  if not n then
-    return nil, true, {'corrupt', what .. ' ' .. raw .. ' is not a number'}
-  end
-  return n, true
-end
+-- (`run`, `number` and `visible_floor` come from lease_prelude.lua.)
 local counter, has_counter, bad = number(KEYS[1], 'seq counter')
 if bad then return bad end
-local low, _, bad_low = number(KEYS[5], 'hot-tier lower bound')
-if bad_low then return bad_low end
-local archived, _, bad_archived = number(KEYS[6], 'archived watermark')
-if bad_archived then return bad_archived end
-local top = redis.call('ZREVRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-local floor = math.max(tonumber(top[2] or '0'), low, archived)
+local floor, bad_floor = visible_floor()
+if bad_floor then return bad_floor end
 
 local through = nil
 local lease = redis.call('GET', KEYS[2])

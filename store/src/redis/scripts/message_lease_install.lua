@@ -20,18 +20,7 @@
 -- the lease's end up.
 --
 -- Replies: {'ok', counter, through} | {'retry', reason} (allocate again) | {'corrupt', reason}
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-local function number(key, what)
-  local raw = redis.call('GET', key)
-  if not raw then
-    return 0, false
-  end
-  local n = tonumber(raw)
-  if not n then
-    return nil, true, {'corrupt', what .. ' ' .. raw .. ' is not a number'}
-  end
-  return n, true
-end
+-- (`run`, `number` and `visible_floor` come from lease_prelude.lua.)
 local target = tonumber(ARGV[2])
 local counter, has_counter, bad = number(KEYS[1], 'seq counter')
 if bad then return bad end
@@ -39,12 +28,9 @@ if ARGV[1] == 'revalidate' then
   if redis.call('GET', KEYS[3]) ~= ARGV[3] then
     return {'retry', 'the revalidation token expired or was taken over'}
   end
-  local low, _, bad_low = number(KEYS[5], 'hot-tier lower bound')
-  if bad_low then return bad_low end
-  local archived, _, bad_archived = number(KEYS[6], 'archived watermark')
-  if bad_archived then return bad_archived end
-  local top = redis.call('ZREVRANGE', KEYS[4], 0, 0, 'WITHSCORES')
-  local start = math.max(counter, tonumber(ARGV[4]), tonumber(top[2] or '0'), low, archived)
+  local floor, bad_floor = visible_floor()
+  if bad_floor then return bad_floor end
+  local start = math.max(counter, tonumber(ARGV[4]), floor)
   if start >= target then
     return {'retry', 'the lease end is not above the counter'}
   end

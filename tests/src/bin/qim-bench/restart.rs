@@ -25,7 +25,6 @@ use qim_store::redis::{RedisConfig, DEFAULT_LEASE_BLOCK};
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig, ScyllaMessageStore};
 use qim_store::SeqHighWater;
-use qim_writer::config::{Backend, WriterConfig};
 use qim_writer::tail::TailScanner;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -107,26 +106,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         archive.raise_high_water(*t, *c, ConversationSeq(mark)).await?;
     }
 
-    let config = WriterConfig {
-        backend: Backend::Redis {
-            redis: RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() },
-            archive: scylla.clone(),
-        },
-        kafka_brokers: brokers.clone(),
-        messages_topic: topic.clone(),
-        archiver_group: group.clone(),
-        seq_lease_block: DEFAULT_LEASE_BLOCK,
-        policy,
-        hot_window_days: 7,
-        http_addr: "127.0.0.1:0".parse()?,
-        max_body_bytes: 65_536,
-        max_in_flight: 1024,
-        recovery_grace: Duration::from_secs(30),
-        recovery_interval: Duration::from_secs(5),
-        api_token: None,
-        log: "warn".to_owned(),
-        startup_timeout: Duration::from_secs(60),
-    };
+    let redis = RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() };
+    let config = super::writer::writer_config(redis, scylla.clone(), &brokers, &topic, &group)?;
     let shutdown = CancellationToken::new();
     let starting = Instant::now();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;

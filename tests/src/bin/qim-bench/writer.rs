@@ -232,6 +232,34 @@ fn bucket_text(bound_ms: Option<f64>) -> String {
     }
 }
 
+/// The writer the benchmarks run in process: Redis hot tier `redis` over `archive`, publishing to
+/// `topic`, its unarchived tail ending at `archiver_group`'s offsets; port 0, 30-day retention.
+pub fn writer_config(
+    redis: RedisConfig,
+    archive: ScyllaConfig,
+    brokers: &str,
+    topic: &str,
+    archiver_group: &str,
+) -> anyhow::Result<WriterConfig> {
+    Ok(WriterConfig {
+        backend: Backend::Redis { redis, archive },
+        kafka_brokers: brokers.to_owned(),
+        messages_topic: topic.to_owned(),
+        archiver_group: archiver_group.to_owned(),
+        seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
+        policy: RetentionPolicy::with_default_days(30)?,
+        hot_window_days: 7,
+        http_addr: "127.0.0.1:0".parse()?,
+        max_body_bytes: 65_536,
+        max_in_flight: 1024,
+        recovery_grace: Duration::from_secs(30),
+        recovery_interval: Duration::from_secs(5),
+        api_token: None,
+        log: "warn".to_owned(),
+        startup_timeout: Duration::from_secs(60),
+    })
+}
+
 /// Runs the phases and prints the comparison.
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     anyhow::ensure!(args.count < WARM_UP_FIRST / 2, "--count must stay below {}", WARM_UP_FIRST / 2);
@@ -248,26 +276,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     };
     let session = open_session(&archive).await.context("connecting to cassandra (is the stack up?)")?;
     migrate(&session, &archive).await?;
-    let config = WriterConfig {
-        backend: Backend::Redis {
-            redis: RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() },
-            archive: archive.clone(),
-        },
-        kafka_brokers: brokers.clone(),
-        messages_topic: topic.clone(),
-        archiver_group: format!("{topic}.archiver"),
-        seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
-        policy: RetentionPolicy::with_default_days(30)?,
-        hot_window_days: 7,
-        http_addr: "127.0.0.1:0".parse()?,
-        max_body_bytes: 65_536,
-        max_in_flight: 1024,
-        recovery_grace: Duration::from_secs(30),
-        recovery_interval: Duration::from_secs(5),
-        api_token: None,
-        log: "warn".to_owned(),
-        startup_timeout: std::time::Duration::from_secs(30),
-    };
+    let redis = RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() };
+    let config = writer_config(redis, archive.clone(), &brokers, &topic, &format!("{topic}.archiver"))?;
     let shutdown = CancellationToken::new();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;
     let url = format!("http://{}/v1/messages", writer.addr);
