@@ -138,9 +138,9 @@ pub enum ClientMessageIdError {
     Characters,
 }
 
-/// Position of a message in its conversation. Starts at 1; never reissued (a number consumed by
-/// contention or a crash stays a hole).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+/// Position of a message in its conversation. Starts at 1 (0, the default: none yet); never
+/// reissued (a number consumed by contention or a crash stays a hole).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct ConversationSeq(pub u64);
 
 impl fmt::Display for ConversationSeq {

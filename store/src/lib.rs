@@ -41,4 +41,4 @@ pub use membership_store::{
     all_members, MembershipAuthorizer, MembershipStore, MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL,
 };
 pub use message_store::{GcReport, HistoryAuthorizer, MessageStore, COMMIT_AUX_TTL_MILLIS};
-pub use seq_high_water::SeqHighWater;
+pub use seq_high_water::{HighWater, SeqHighWater};

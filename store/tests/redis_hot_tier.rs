@@ -68,11 +68,11 @@ async fn a_conversation_leases_a_block_of_the_durable_mark_before_its_first_seq(
     let store = open(&redis, 30, clock()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     assert_eq!(send(&store, t, conv, "m1").await, 1);
-    assert_eq!(marks().high_water(t, conv).await.unwrap(), ConversationSeq(DEFAULT_LEASE_BLOCK));
+    assert_eq!(marks().high_water(t, conv).await.unwrap().through, ConversationSeq(DEFAULT_LEASE_BLOCK));
     for i in 2..=DEFAULT_LEASE_BLOCK + 10 {
         assert_eq!(send(&store, t, conv, &format!("m{i}")).await, i, "seqs stay contiguous across lease extensions");
     }
-    let mark = marks().high_water(t, conv).await.unwrap().0;
+    let mark = marks().high_water(t, conv).await.unwrap().through.0;
     assert!(mark >= DEFAULT_LEASE_BLOCK + 10, "every issued seq is at or below the durable mark ({mark})");
 }
 
@@ -102,7 +102,7 @@ async fn a_flush_mid_run_resumes_above_the_durable_mark() {
     let next = send(&store, t, conv, "m6").await;
     assert_eq!(next, DEFAULT_LEASE_BLOCK + 1, "the counter restarts above the mark, never at 1");
     assert_eq!(send(&store, t, conv, "m7").await, next + 1);
-    assert_eq!(marks().high_water(t, conv).await.unwrap(), ConversationSeq(2 * DEFAULT_LEASE_BLOCK));
+    assert_eq!(marks().high_water(t, conv).await.unwrap().through, ConversationSeq(2 * DEFAULT_LEASE_BLOCK));
 }
 
 #[tokio::test]
@@ -165,8 +165,46 @@ async fn a_restored_older_snapshot_never_reissues_a_seq() {
     assert_eq!(counter, 70, "the snapshot rolled the counter back");
     let next = send(&store, t, conv, "c1").await;
     assert!(next > highest, "seq {next} must be above every seq issued before the restore ({highest})");
-    let mark = marks().high_water(t, conv).await.unwrap().0;
+    let mark = marks().high_water(t, conv).await.unwrap().through.0;
     assert!(mark >= next, "the mark ({mark}) covers the new lease");
+}
+
+#[tokio::test]
+async fn two_redis_processes_serving_one_conversation_never_issue_one_seq_twice() {
+    // A failover's old master still serving alongside the new one: both lease from one mark.
+    let (a, b) = (PrivateRedis::start(), PrivateRedis::start());
+    let (on_a, on_b) = (open(&a, 30, clock()).await, open(&b, 30, clock()).await);
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let mut issued = Vec::new();
+    issued.push(send(&on_a, t, conv, "a0").await);
+    for round in 0..6 {
+        for i in 0..40 {
+            issued.push(send(&on_b, t, conv, &format!("b{round}-{i}")).await);
+            issued.push(send(&on_a, t, conv, &format!("a{round}-{i}")).await);
+        }
+    }
+    let mut unique = issued.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), issued.len(), "a seq was issued twice: {issued:?}");
+    let mark = marks().high_water(t, conv).await.unwrap();
+    assert!(mark.through.0 >= *unique.last().unwrap(), "every issued seq is at or below the mark ({mark:?})");
+}
+
+#[tokio::test]
+async fn a_reserve_from_before_a_loss_writes_no_record_after_the_revalidation() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let reserved = store.reserve(&request(t, user(1), "m1", conv, b"lost"), fresh_message_id()).await.unwrap();
+    assert_eq!(reserved.intent.seq, ConversationSeq(1));
+    redis::cmd("FLUSHALL").query_async::<()>(&mut raw(&redis).await).await.unwrap();
+    let next = send(&store, t, conv, "m2").await;
+    assert_eq!(next, DEFAULT_LEASE_BLOCK + 1, "revalidated above the mark");
+    // The store still believes it reserved seq 1; Redis lost that commit, so no record may
+    // appear under it.
+    assert_kind(store.put_record(&reserved.intent).await, ErrorKind::NotFound, "Redis lost the reservation");
+    assert_eq!(history_seqs(&store, t, conv).await.0, vec![next], "no ghost record under seq 1");
 }
 
 #[tokio::test]

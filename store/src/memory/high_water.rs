@@ -7,14 +7,14 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::lock;
-use crate::error::StoreResult;
-use crate::ids::{ConversationId, ConversationSeq, TenantId};
-use crate::seq_high_water::SeqHighWater;
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{ConversationId, TenantId};
+use crate::seq_high_water::{HighWater, SeqHighWater};
 
 /// Per-conversation high-water marks in process memory.
 #[derive(Default, Debug)]
 pub struct MemorySeqHighWater {
-    marks: Mutex<HashMap<(TenantId, ConversationId), ConversationSeq>>,
+    marks: Mutex<HashMap<(TenantId, ConversationId), HighWater>>,
 }
 
 impl MemorySeqHighWater {
@@ -26,19 +26,29 @@ impl MemorySeqHighWater {
 
 #[async_trait]
 impl SeqHighWater for MemorySeqHighWater {
-    async fn high_water(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<ConversationSeq> {
-        Ok(lock(&self.marks).get(&(tenant, conversation)).copied().unwrap_or(ConversationSeq(0)))
+    async fn high_water(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<HighWater> {
+        Ok(lock(&self.marks).get(&(tenant, conversation)).cloned().unwrap_or_default())
     }
 
-    async fn raise_high_water(
+    async fn advance_high_water(
         &self,
         tenant: TenantId,
         conversation: ConversationId,
-        to: ConversationSeq,
-    ) -> StoreResult<()> {
+        expected: &HighWater,
+        to: &HighWater,
+    ) -> StoreResult<Option<HighWater>> {
+        if to.through <= expected.through {
+            return Err(StoreError::InvalidInput(format!(
+                "a seq high-water mark moves up, not from {} to {}",
+                expected.through, to.through
+            )));
+        }
         let mut marks = lock(&self.marks);
-        let mark = marks.entry((tenant, conversation)).or_insert(ConversationSeq(0));
-        *mark = (*mark).max(to);
-        Ok(())
+        let mark = marks.entry((tenant, conversation)).or_default();
+        if mark != expected {
+            return Ok(Some(mark.clone()));
+        }
+        *mark = to.clone();
+        Ok(None)
     }
 }

@@ -483,6 +483,7 @@ impl RedisMessageStore {
             self.keys.seq(tenant, conversation),
             self.keys.lower_bound(tenant, conversation),
             self.keys.gc_tombstones(tenant, conversation),
+            self.keys.lease(tenant, conversation),
         ];
         let mut batch = Batch::default();
         batch
@@ -705,7 +706,7 @@ impl MessageStore for RedisMessageStore {
         // same `created_at` (so the same recovery entry, written again, and no orphan entries).
         let created_at = self.clock.now();
         let member = aux_member(key, created_at);
-        let mut waits = 0u32;
+        let (mut waits, mut prepares) = (0u32, 0u32);
         let seq = loop {
             let mut batch = Batch::default();
             self.allocate_seq(&mut batch, key, conversation, created_at);
@@ -715,33 +716,29 @@ impl MessageStore for RedisMessageStore {
                 Ok(a) => a,
                 Err(e) => return self.reserve_without_seq(request, &request_bytes, &member, e).await,
             };
-            match allocation {
-                Allocation::Issued { seq, through, renew } => {
-                    if renew {
-                        self.renew_soon(tenant, conversation, through);
-                    }
-                    // No commit may exist without its recovery entry: stop here. The seq stays
-                    // the key's claim, so a retry gets it again.
-                    answered("writing the recovery index", listed)?;
-                    break seq;
+            if let Allocation::Issued { seq, lease, renew } = allocation {
+                if renew {
+                    self.renew_soon(tenant, conversation, lease);
                 }
-                other => {
-                    if matches!(other, Allocation::Wait) {
-                        waits += 1;
-                        if waits > lease::MAX_WAITS {
-                            let e = StoreError::Unavailable {
-                                message: format!(
-                                    "conversation {conversation}: another caller is still revalidating its seq lease"
-                                ),
-                                source: None,
-                            };
-                            return self.reserve_without_seq(request, &request_bytes, &member, e).await;
-                        }
-                    }
-                    if let Err(e) = self.prepare_lease(tenant, conversation, other, waits).await {
-                        return self.reserve_without_seq(request, &request_bytes, &member, e).await;
-                    }
-                }
+                // No commit may exist without its recovery entry: stop here. The seq stays the
+                // key's claim, so a retry gets it again.
+                answered("writing the recovery index", listed)?;
+                break seq;
+            }
+            let exhausted = if matches!(allocation, Allocation::Wait) {
+                waits += 1;
+                (waits > lease::MAX_WAITS).then_some("another caller is still revalidating its seq lease")
+            } else {
+                prepares += 1;
+                (prepares > lease::MAX_PREPARES).then_some("its seq lease kept changing under this send")
+            };
+            if let Some(why) = exhausted {
+                let e =
+                    StoreError::Unavailable { message: format!("conversation {conversation}: {why}"), source: None };
+                return self.reserve_without_seq(request, &request_bytes, &member, e).await;
+            }
+            if let Err(e) = self.prepare_lease(tenant, conversation, allocation, waits).await {
+                return self.reserve_without_seq(request, &request_bytes, &member, e).await;
             }
         };
         let intent =

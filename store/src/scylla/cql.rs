@@ -102,6 +102,15 @@ impl LwtOutcome {
         }
     }
 
+    /// The current `text` column `name` of the row, if the server returned it non-null.
+    pub(crate) fn text(&self, what: &str, name: &str) -> StoreResult<Option<String>> {
+        match self.value(name) {
+            None => Ok(None),
+            Some(CqlValue::Text(v)) => Ok(Some(v.clone())),
+            Some(other) => Err(corrupt(what, format!("{name} is {other:?}, not text"))),
+        }
+    }
+
     /// The current `blob` column `name` of the row, if the server returned it non-null.
     pub(crate) fn blob(&self, what: &str, name: &str) -> StoreResult<Option<Vec<u8>>> {
         match self.value(name) {

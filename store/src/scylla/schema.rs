@@ -14,7 +14,7 @@
 //! | `commit_recovery_cursor` | `((scope))` | `swept`: every recovery entry positioned below it is finished; highest value wins by write timestamp |
 //! | `history_expiry` | `((hour_bucket), expires_at, tenant_id, conversation_id, conversation_seq)` | one entry per expiring record, for the observable expiry count; TTL = record TTL + 1 h |
 //! | `conversation_member` | `((tenant_id, conversation_id), user_id)` | one row per member of a conversation (no TTL; removed by row `DELETE`); see [`super::membership`] |
-//! | `seq_high_water` | `((tenant_id, conversation_id))` | `high_water`: every seq the Redis hot tier ever issued in the conversation is at or below it ([`crate::SeqHighWater`]); no TTL, never deleted; highest value wins by write timestamp |
+//! | `seq_high_water` | `((tenant_id, conversation_id))` | `high_water`: every seq the Redis hot tier ever issued in the conversation is at or below it; `holder`: the Redis process that may issue up to it ([`crate::SeqHighWater`]); no TTL, never deleted; moved only by LWT |
 //!
 //! Ids are 16-byte blobs (no UUID type); every `u64` bound to a `bigint` goes through
 //! [`crate::codec::u64_to_i64`]. Tables keep the default `default_time_to_live = 0`: expiry is
@@ -88,9 +88,8 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
         // Membership is removed by row deletes: keep the default gc_grace_seconds (repair window).
         "conversation_member (tenant_id blob, conversation_id blob, user_id blob, \
          PRIMARY KEY ((tenant_id, conversation_id), user_id))",
-        // Never deleted, never TTL'd: raised with a value-derived write timestamp (the highest
-        // mark wins), which a row tombstone would shadow forever.
-        "seq_high_water (tenant_id blob, conversation_id blob, high_water bigint, \
+        // Never deleted, never TTL'd; moved only by LWT.
+        "seq_high_water (tenant_id blob, conversation_id blob, high_water bigint, holder text, \
          PRIMARY KEY ((tenant_id, conversation_id)))",
     ];
     bodies.iter().map(|b| format!("CREATE TABLE IF NOT EXISTS {keyspace}.{b}")).collect()

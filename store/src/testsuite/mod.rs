@@ -101,8 +101,10 @@ macro_rules! seq_high_water_contract_suite {
         $crate::__contract_tests!(
             high_water,
             $harness,
-            unknown_conversations_read_zero_and_raises_read_back,
+            unknown_conversations_read_zero_and_moves_read_back,
+            a_move_from_a_stale_mark_is_refused,
             the_mark_never_moves_down,
+            concurrent_moves_from_one_mark_land_once,
             concurrent_raises_leave_the_highest,
             large_marks_read_back_exactly,
         );

@@ -4,21 +4,31 @@
 //! # The rule
 //!
 //! Every seq Redis issues in a conversation is at or below the conversation's durable
-//! high-water mark ([`SeqHighWater`], outside Redis, no TTL, only moving up). Redis holds a
-//! *lease*: `<run_id>:<through>`, the Redis process it was installed in and the highest seq it
-//! may issue. The mark is raised to `through` *before* the lease is installed, so the rule
-//! holds whatever Redis later loses. Allocation (`message_allocate_seq.lua`) issues only within
-//! a lease that names the Redis process now serving and whose counter exists; anything else
-//! (a flush, a restart, a restore of an older snapshot, a failover to a replica that missed
-//! writes, deleted keys) makes the lease invalid for that conversation alone, and its next send
-//! revalidates it. Other conversations keep their leases and go on.
+//! high-water mark ([`SeqHighWater`], outside Redis, no TTL, only moving up), and only the
+//! Redis process the mark names as its holder issues above the mark's previous value. Redis
+//! holds a *lease*: `<run_id>:<through>:<start>`, the Redis process it was installed in, the
+//! highest seq it may issue and the counter it was installed at. The mark is moved to `through`
+//! *before* the lease is installed, so the rule holds whatever Redis later loses. Allocation
+//! (`message_allocate_seq.lua`) issues only within a lease that names the Redis process now
+//! serving and whose counter exists; anything else (a flush, a restart, a restore of an older
+//! snapshot, a failover to a replica that missed writes, deleted keys) makes the lease invalid
+//! for that conversation alone, and its next send revalidates it. Other conversations keep
+//! their leases and go on.
+//!
+//! The mark moves only by compare-and-set of its value and holder, so two Redis processes that
+//! both serve a conversation for a while (an old master that has not noticed a failover, and
+//! the new one) never extend over the same seqs: one of them finds the mark moved by the other,
+//! gives its lease up and revalidates above the mark.
 //!
 //! # Extending (the steady state)
 //!
-//! A lease that is running out (half a block left) is extended in the background: raise the
-//! mark to `through + block`, then move the lease's end (`message_lease_install.lua`, mode
-//! `extend`, which refuses if the lease stopped being valid meanwhile). A send that finds the
-//! lease used up does the same and waits for it: one durable write per block of seqs.
+//! A lease that is running out (half a block left) is extended in the background: move the
+//! mark from `{through, run}` to `{through + block, run}`, then move the lease's end
+//! (`message_lease_install.lua`, mode `extend`, which refuses if the lease stopped being valid
+//! meanwhile). A send that finds the lease used up does the same and waits for it: one durable
+//! write per block of seqs. A mark already moved further by the same holder (two writers
+//! extending at once) is installed as it is; a mark of another holder makes this process give
+//! its lease up (mode `abandon`).
 //!
 //! # Revalidating (after a loss, or a conversation's first send)
 //!
@@ -29,16 +39,17 @@
 //!    ([`RecentRecords`]: the archive and the topic's unarchived tail), newest first, with their
 //!    COMMITTED commits and claims (so a retry of an acknowledged send gets its first answer),
 //!    never overwriting anything ([`RedisMessageStore::restore_records`]).
-//! 3. Raise the mark to `max(D, counter, history) + block`.
+//! 3. Move the mark from `D` to `{max(D, counter, history) + block, run}` (reading it again and
+//!    retrying if it moved meanwhile).
 //! 4. Install (mode `revalidate`): only while the token is still the caller's, which proves no
-//!    seq was issued since step 1; the counter restarts at `max(counter, D, history)`. Every
-//!    seq ever issued is at or below `D` (the mark read after the token was taken), so none is
-//!    issued twice. The seqs between the last one a client saw and `D` stay holes (at most a
-//!    block per loss; counted as `qim_store_seq_lease_skipped_total`).
+//!    seq was issued here since step 1; the counter restarts at `max(counter, D, history)`.
+//!    Every seq ever issued anywhere is at or below `D` (the mark this process moved from), so
+//!    none is issued twice. The seqs between the last one a client saw and `D` stay holes (at
+//!    most a block per loss; counted as `qim_store_seq_lease_skipped_total`).
 //!
-//! Steps 2–3 touch only the durable stores; a failure there leaves the token to expire and the
-//! next send to start again. Two revalidations of one conversation never run at once: the
-//! second caller waits for the token (`wait`), then allocates under the new lease.
+//! Steps 2–3 touch only the durable stores; when one fails the token is given back, and the
+//! next send starts again. Two revalidations of one conversation in one Redis process never
+//! overlap: the second caller waits for the token (`wait`), then allocates under the new lease.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -46,10 +57,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use metrics::counter;
+use redis::Value;
 
 use super::hot_tier::reply_number;
 use super::keys::claim;
-use super::restore::RestoreReport;
 use super::scripts::{answered, bytes, invoke, status, Batch, Reply, ALLOCATE_SEQ, LEASE_CHECK, LEASE_INSTALL};
 use super::{RedisMessageStore, MAX_SEQ};
 use crate::error::{StoreError, StoreResult};
@@ -57,8 +68,8 @@ use crate::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis};
 use crate::message::CommitKey;
 use crate::message::PublishedRecord;
 use crate::message_store::COMMIT_AUX_TTL_MILLIS;
-use crate::metrics::{COMMITS_RESTORED, RECORDS_RESTORED, SEQ_LEASES, SEQ_LEASE_SKIPPED};
-use crate::seq_high_water::SeqHighWater;
+use crate::metrics::{SEQ_LEASES, SEQ_LEASE_SKIPPED};
+use crate::seq_high_water::{HighWater, SeqHighWater};
 
 /// Seqs a lease covers unless configured otherwise: after a Redis loss a conversation skips at
 /// most this many; in the steady state it costs one durable write per this many sends.
@@ -72,8 +83,13 @@ const TOKEN_MILLIS: u64 = 60_000;
 /// 500 ms: about a minute, the token's life) before it answers `Unavailable`.
 pub(super) const MAX_WAITS: u32 = 130;
 
-/// Records written back per restore batch (two Redis round trips each).
-const RESTORE_BATCH: usize = 512;
+/// How many extensions or revalidations one reserve makes before it answers `Unavailable`
+/// (each one lets the next allocation issue, unless another process raced it).
+pub(super) const MAX_PREPARES: u32 = 8;
+
+/// How many times a revalidation moves the mark again after finding it moved by another
+/// process, before it gives up (the next send starts again).
+const MARK_RACES: u32 = 4;
 
 /// Where a conversation's recent records are durable outside Redis, for rebuilding its hot tier
 /// when a revalidation finds Redis lost state.
@@ -119,14 +135,21 @@ impl SeqLeases {
     }
 }
 
+/// A lease as an allocation saw it: its end, and the Redis process (run id) it is valid in.
+#[derive(Clone, Debug)]
+pub(super) struct Held {
+    pub through: u64,
+    pub run: String,
+}
+
 /// What one allocation answered.
 pub(super) enum Allocation {
-    /// A seq: new, or the claim's again. `through` is the lease's end; `renew`: extend it soon.
-    Issued { seq: ConversationSeq, through: u64, renew: bool },
-    /// The lease is used up at `through`.
-    Extend { through: u64 },
-    /// The lease is invalid; the caller holds `token`.
-    Revalidate { counter: u64, floor: u64, token: String },
+    /// A seq: new, or the claim's again; `renew`: extend the lease soon.
+    Issued { seq: ConversationSeq, lease: Held, renew: bool },
+    /// The lease is used up.
+    Extend(Held),
+    /// The lease is invalid; the caller holds `token` (valid in Redis process `run`).
+    Revalidate { counter: u64, floor: u64, token: String, run: String },
     /// Another caller revalidates.
     Wait,
 }
@@ -145,7 +168,7 @@ impl Renewals {
     }
 }
 
-fn text(value: Option<&redis::Value>) -> Option<String> {
+fn text(value: Option<&Value>) -> Option<String> {
     value.and_then(bytes).and_then(|b| std::str::from_utf8(b).ok()).map(str::to_owned)
 }
 
@@ -207,6 +230,11 @@ impl RedisMessageStore {
         let reply = answered("allocating a conversation seq", reply)?;
         let (outcome, rest) = status("message_allocate_seq", &format_args!("conversation {conversation}"), reply)?;
         let number = |i: usize| reply_number("message_allocate_seq", rest.get(i));
+        let text = |i: usize, what: &str| {
+            text(rest.get(i)).ok_or_else(|| {
+                StoreError::InvariantViolation(format!("message_allocate_seq: {outcome:?} without {what}"))
+            })
+        };
         match outcome.as_str() {
             "ok" => {
                 let seq = number(0)?;
@@ -215,15 +243,16 @@ impl RedisMessageStore {
                         "conversation {conversation} issued seq {seq}, outside 1..={MAX_SEQ}"
                     )));
                 }
-                Ok(Allocation::Issued { seq: ConversationSeq(seq), renew: number(1)? == 1, through: number(2)? })
+                let lease = Held { through: number(2)?, run: text(3, "a run id")? };
+                Ok(Allocation::Issued { seq: ConversationSeq(seq), lease, renew: number(1)? == 1 })
             }
-            "extend" => Ok(Allocation::Extend { through: number(0)? }),
-            "revalidate" => {
-                let token = text(rest.get(2)).ok_or_else(|| {
-                    StoreError::InvariantViolation("message_allocate_seq: 'revalidate' without a token".to_owned())
-                })?;
-                Ok(Allocation::Revalidate { counter: number(0)?, floor: number(1)?, token })
-            }
+            "extend" => Ok(Allocation::Extend(Held { through: number(0)?, run: text(2, "a run id")? })),
+            "revalidate" => Ok(Allocation::Revalidate {
+                counter: number(0)?,
+                floor: number(1)?,
+                token: text(2, "a token")?,
+                run: text(3, "a run id")?,
+            }),
             "wait" => Ok(Allocation::Wait),
             other => {
                 Err(StoreError::InvariantViolation(format!("message_allocate_seq: unexpected script status {other:?}")))
@@ -242,12 +271,16 @@ impl RedisMessageStore {
     ) -> StoreResult<()> {
         match allocation {
             Allocation::Issued { .. } => Ok(()),
-            Allocation::Extend { through } => {
+            Allocation::Extend(lease) => {
                 counter!(SEQ_LEASES, "step" => "extend_blocking").increment(1);
-                self.extend(tenant, conversation, through).await
+                self.extend(tenant, conversation, &lease).await
             }
-            Allocation::Revalidate { counter, floor, token } => {
-                self.revalidate(tenant, conversation, counter, floor, &token).await
+            Allocation::Revalidate { counter, floor, token, run } => {
+                let result = self.revalidate(tenant, conversation, counter.max(floor), &token, &run).await;
+                if result.is_err() {
+                    self.release_token(tenant, conversation, &token).await;
+                }
+                result
             }
             Allocation::Wait => {
                 let pause = Duration::from_millis(20).saturating_mul(1 << waits.min(5)).min(Duration::from_millis(500));
@@ -258,118 +291,140 @@ impl RedisMessageStore {
     }
 
     /// Extends the lease early, in the background (at most one extension per conversation at a
-    /// time; a failure is logged and the send that runs out waits for its own extension).
-    pub(super) fn renew_soon(&self, tenant: TenantId, conversation: ConversationId, through: u64) {
+    /// time in this store; a failure is logged and the send that runs out waits for its own
+    /// extension).
+    pub(super) fn renew_soon(&self, tenant: TenantId, conversation: ConversationId, lease: Held) {
         if !self.renewals.begin((tenant, conversation)) {
             return;
         }
         let store = self.clone();
         tokio::spawn(async move {
             counter!(SEQ_LEASES, "step" => "extend_early").increment(1);
-            if let Err(e) = store.extend(tenant, conversation, through).await {
+            if let Err(e) = store.extend(tenant, conversation, &lease).await {
                 tracing::warn!(%conversation, error = %e, "extending a seq lease early failed");
             }
             store.renewals.end((tenant, conversation));
         });
     }
 
-    /// Raises the mark to `through + block`, then moves the lease's end there.
-    async fn extend(&self, tenant: TenantId, conversation: ConversationId, through: u64) -> StoreResult<()> {
+    /// Moves the mark from `lease` a block further (see "Extending"), then the lease's end.
+    async fn extend(&self, tenant: TenantId, conversation: ConversationId, lease: &Held) -> StoreResult<()> {
         let leases = self.leases()?;
-        let target = checked_end(conversation, through, leases.block)?;
-        leases.high_water.raise_high_water(tenant, conversation, ConversationSeq(target)).await?;
-        let keys = self.lease_keys(tenant, conversation);
-        let mut invocation = LEASE_INSTALL.prepare_invoke();
-        for k in &keys {
-            invocation.key(k);
-        }
-        invocation.arg("extend").arg(target);
-        let reply = invoke(&self.con, "extending a seq lease", &invocation).await?;
+        let from = HighWater { through: ConversationSeq(lease.through), holder: lease.run.clone() };
+        let to = HighWater {
+            through: ConversationSeq(checked_end(conversation, lease.through, leases.block)?),
+            holder: lease.run.clone(),
+        };
+        let end = match leases.high_water.advance_high_water(tenant, conversation, &from, &to).await? {
+            None => to.through,
+            // Extended further by this Redis process already (another writer, or an extension
+            // whose install failed): nobody else issued up to there.
+            Some(now) if now.holder == lease.run && now.through > from.through => now.through,
+            Some(now) => {
+                counter!(SEQ_LEASES, "step" => "abandoned").increment(1);
+                tracing::warn!(
+                    %conversation,
+                    lease_through = lease.through,
+                    high_water = now.through.0,
+                    holder = %now.holder,
+                    "another redis process moved the seq high-water mark; giving this lease up"
+                );
+                self.install(tenant, conversation, &["abandon", &lease.through.to_string(), &lease.run]).await?;
+                return Ok(());
+            }
+        };
         // 'retry': the lease stopped being valid meanwhile; the next allocation revalidates.
-        status("message_lease_install", &format_args!("conversation {conversation}"), reply).map(drop)
+        self.install(tenant, conversation, &["extend", &end.0.to_string(), &lease.run]).await.map(drop)
     }
 
-    /// Steps 2–4 of a revalidation (see the module docs), holding `token`.
+    /// Steps 2–4 of a revalidation (see the module docs), holding `token` in Redis process
+    /// `run`; `seen`: the highest seq the allocation saw Redis hold (counter or history).
     async fn revalidate(
         &self,
         tenant: TenantId,
         conversation: ConversationId,
-        counter_seen: u64,
-        floor_seen: u64,
+        seen: u64,
         token: &str,
+        run: &str,
     ) -> StoreResult<()> {
         let leases = self.leases()?;
-        let mark = leases.high_water.high_water(tenant, conversation).await?.0;
-        let restored = match (&leases.recent, mark) {
+        let mut mark = leases.high_water.high_water(tenant, conversation).await?;
+        let restored = match (&leases.recent, mark.through.0) {
             (Some(recent), 1..) => Some(self.restore_recent(recent.as_ref(), tenant, conversation).await?),
             _ => None,
         };
-        let start = mark.max(counter_seen).max(floor_seen);
-        let target = checked_end(conversation, start, leases.block)?;
-        leases.high_water.raise_high_water(tenant, conversation, ConversationSeq(target)).await?;
-        let keys = self.lease_keys(tenant, conversation);
-        let mut invocation = LEASE_INSTALL.prepare_invoke();
-        for k in &keys {
-            invocation.key(k);
-        }
-        invocation.arg("revalidate").arg(target).arg(token).arg(mark);
-        let reply = invoke(&self.con, "installing a seq lease", &invocation).await?;
-        let (outcome, rest) = status("message_lease_install", &format_args!("conversation {conversation}"), reply)?;
+        let known = seen.max(restored.as_ref().map_or(0, |r| r.highest_seq));
+        let mut races = 0;
+        let target = loop {
+            let start = mark.through.0.max(seen);
+            let to = HighWater {
+                through: ConversationSeq(checked_end(conversation, start, leases.block)?),
+                holder: run.to_owned(),
+            };
+            match leases.high_water.advance_high_water(tenant, conversation, &mark, &to).await? {
+                None => break to.through.0,
+                Some(_) if races == MARK_RACES => {
+                    return Err(StoreError::Unavailable {
+                        message: format!(
+                            "conversation {conversation}: its seq high-water mark kept moving while revalidating"
+                        ),
+                        source: None,
+                    });
+                }
+                Some(now) => {
+                    races += 1;
+                    mark = now;
+                }
+            }
+        };
+        let args = ["revalidate", &target.to_string(), run, token, &mark.through.0.to_string()];
+        let (outcome, rest) = self.install(tenant, conversation, &args).await?;
         if outcome != "ok" {
             tracing::info!(%conversation, reason = ?text(rest.first()), "seq lease revalidation raced; allocating again");
             return Ok(());
         }
         let installed_at = reply_number("message_lease_install", rest.first())?;
-        let skipped = installed_at.saturating_sub(counter_seen.max(floor_seen));
-        counter!(SEQ_LEASES, "step" => if mark == 0 { "first" } else { "revalidated" }).increment(1);
-        counter!(SEQ_LEASE_SKIPPED).increment(skipped);
-        if mark > 0 {
-            let (records, commits) = restored.map_or((0, 0), |r| (r.restored, r.commits_restored));
+        counter!(SEQ_LEASES, "step" => if mark.through.0 == 0 { "first" } else { "revalidated" }).increment(1);
+        counter!(SEQ_LEASE_SKIPPED).increment(installed_at.saturating_sub(known));
+        if let Some(restored) = restored {
             tracing::info!(
                 %conversation,
-                high_water = mark,
-                counter = counter_seen,
+                high_water = mark.through.0,
+                seen,
                 resumes_after = installed_at,
                 lease_through = target,
-                records_restored = records,
-                commits_restored = commits,
+                records_restored = restored.restored,
+                commits_restored = restored.commits_restored,
                 "seq lease revalidated after redis lost state"
             );
         }
         Ok(())
     }
 
-    /// Writes the conversation's recent records back, newest first (so the hot tier holds a
-    /// suffix of the history at every moment).
-    async fn restore_recent(
+    /// Runs `message_lease_install.lua` with `args` (mode first); its status and the rest.
+    async fn install(
         &self,
-        recent: &dyn RecentRecords,
         tenant: TenantId,
         conversation: ConversationId,
-    ) -> StoreResult<RestoreReport> {
-        let now = self.clock.now();
-        let mut records =
-            recent.recent_records(tenant, conversation, UnixMillis(now.0 - COMMIT_AUX_TTL_MILLIS)).await?;
-        if let Some(stray) = records.iter().find(|p| p.record.tenant != tenant || p.record.conversation != conversation)
-        {
-            return Err(StoreError::InvariantViolation(format!(
-                "recent records of {conversation} include seq {} of {}",
-                stray.record.seq, stray.record.conversation
-            )));
+        args: &[&str],
+    ) -> StoreResult<(String, Vec<Value>)> {
+        let mut invocation = LEASE_INSTALL.prepare_invoke();
+        for k in &self.lease_keys(tenant, conversation) {
+            invocation.key(k);
         }
-        records.sort_by(|a, b| b.record.seq.cmp(&a.record.seq).then(b.publication.offset.cmp(&a.publication.offset)));
-        records.dedup_by(|a, b| a.record == b.record);
-        let window_start = self.trim_window_millis.map_or(UnixMillis(i64::MIN), |w| UnixMillis(now.0 - w));
-        let mut report = RestoreReport::default();
-        for batch in records.chunks(RESTORE_BATCH) {
-            report.add(self.restore_records(batch, window_start).await?);
+        for a in args {
+            invocation.arg(*a);
         }
-        for reason in &report.conflicts {
-            tracing::error!(%conversation, %reason, "a durable record conflicts with the hot tier; left as it was");
+        let reply = invoke(&self.con, "installing a seq lease", &invocation).await?;
+        status("message_lease_install", &format_args!("conversation {conversation}"), reply)
+    }
+
+    /// Best effort: gives a revalidation token back after a failed revalidation, so the next
+    /// send revalidates at once instead of waiting for the token to expire.
+    async fn release_token(&self, tenant: TenantId, conversation: ConversationId, token: &str) {
+        if let Err(e) = self.install(tenant, conversation, &["release", token]).await {
+            tracing::debug!(%conversation, error = %e, "giving a revalidation token back failed; it expires");
         }
-        counter!(RECORDS_RESTORED).increment(report.restored as u64);
-        counter!(COMMITS_RESTORED).increment(report.commits_restored as u64);
-        Ok(report)
     }
 
     /// Whether the conversation's hot tier holds everything Redis was given since its lease was
@@ -378,8 +433,15 @@ impl RedisMessageStore {
     pub async fn hot_tier_trusted(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<bool> {
         let mut invocation = LEASE_CHECK.key(self.keys.seq(tenant, conversation));
         invocation.key(self.keys.lease(tenant, conversation));
-        let reply = invoke(&self.con, "checking a seq lease", &invocation).await?;
-        Ok(matches!(reply, redis::Value::Int(1)))
+        match invoke(&self.con, "checking a seq lease", &invocation).await? {
+            Value::Int(valid) => Ok(valid == 1),
+            other => {
+                let (outcome, _) = status("message_lease_check", &format_args!("conversation {conversation}"), other)?;
+                Err(StoreError::InvariantViolation(format!(
+                    "message_lease_check: unexpected script status {outcome:?}"
+                )))
+            }
+        }
     }
 }
 

@@ -4,14 +4,21 @@
 //! and their request keys' claims, so a client's retry gets its first answer; never overwriting
 //! or resurrecting anything.
 
+use metrics::counter;
+
 use super::keys::{aux_member, claim};
+use super::lease::RecentRecords;
 use super::scripts::{answered, run, status, Batch, Reply, RESTORE_COMMIT, RESTORE_RECORD};
 use super::{RedisMessageStore, COMMITTED_REDIS_TTL_MILLIS};
 use crate::codec::{encode_commit, encode_record, encode_request};
 use crate::error::{StoreError, StoreResult};
-use crate::ids::UnixMillis;
+use crate::ids::{ConversationId, TenantId, UnixMillis};
 use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, PublishedRecord};
 use crate::message_store::COMMIT_AUX_TTL_MILLIS;
+use crate::metrics::{COMMITS_RESTORED, RECORDS_RESTORED};
+
+/// Records written back per restore batch (two Redis round trips each).
+const RESTORE_BATCH: usize = 512;
 
 /// What one [`RedisMessageStore::restore_records`] call did, record by record.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
@@ -37,6 +44,8 @@ pub struct RestoreReport {
     pub commits_restored: usize,
     /// Commits whose key was taken already (left as they were).
     pub commits_present: usize,
+    /// The highest seq among the records given (0: none).
+    pub highest_seq: u64,
 }
 
 impl RestoreReport {
@@ -50,6 +59,7 @@ impl RestoreReport {
         self.conflicts.extend(other.conflicts);
         self.commits_restored += other.commits_restored;
         self.commits_present += other.commits_present;
+        self.highest_seq = self.highest_seq.max(other.highest_seq);
     }
 }
 
@@ -72,7 +82,8 @@ impl RedisMessageStore {
         window_start: UnixMillis,
     ) -> StoreResult<RestoreReport> {
         let now = self.clock.now();
-        let mut report = RestoreReport::default();
+        let highest_seq = records.iter().map(|p| p.record.seq.0).max().unwrap_or(0);
+        let mut report = RestoreReport { highest_seq, ..RestoreReport::default() };
         let commits: Vec<(CommitKey, Commit)> =
             records.iter().filter(|p| p.record.created_at.0 + COMMIT_AUX_TTL_MILLIS > now.0).map(committed).collect();
         let mut candidates = Vec::with_capacity(records.len());
@@ -154,6 +165,44 @@ impl RedisMessageStore {
                 answered("registering restored records with the hot tier", reply)?;
             }
         }
+        Ok(report)
+    }
+
+    /// Writes the conversation's recent records ([`RecentRecords`]) back, newest first (so the
+    /// hot tier holds a suffix of the history at every moment); of two copies of one seq the
+    /// one published first.
+    pub(super) async fn restore_recent(
+        &self,
+        recent: &dyn RecentRecords,
+        tenant: TenantId,
+        conversation: ConversationId,
+    ) -> StoreResult<RestoreReport> {
+        let now = self.clock.now();
+        let mut records =
+            recent.recent_records(tenant, conversation, UnixMillis(now.0 - COMMIT_AUX_TTL_MILLIS)).await?;
+        if let Some(stray) = records.iter().find(|p| p.record.tenant != tenant || p.record.conversation != conversation)
+        {
+            return Err(StoreError::InvariantViolation(format!(
+                "recent records of {conversation} include seq {} of {}",
+                stray.record.seq, stray.record.conversation
+            )));
+        }
+        records.sort_by(|a, b| {
+            let by_offset =
+                (a.publication.partition, a.publication.offset).cmp(&(b.publication.partition, b.publication.offset));
+            b.record.seq.cmp(&a.record.seq).then(by_offset)
+        });
+        records.dedup_by(|later, first| later.record == first.record);
+        let window_start = self.trim_window_millis.map_or(UnixMillis(i64::MIN), |w| UnixMillis(now.0 - w));
+        let mut report = RestoreReport::default();
+        for batch in records.chunks(RESTORE_BATCH) {
+            report.add(self.restore_records(batch, window_start).await?);
+        }
+        for reason in &report.conflicts {
+            tracing::error!(%conversation, %reason, "a durable record conflicts with the hot tier; left as it was");
+        }
+        counter!(RECORDS_RESTORED).increment(report.restored as u64);
+        counter!(COMMITS_RESTORED).increment(report.commits_restored as u64);
         Ok(report)
     }
 

@@ -12,38 +12,33 @@ use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{StoreError, StoreResult};
 
+/// A script that reads seq leases: `lease_prelude.lua` (their format and parsing) in front of it.
+macro_rules! leased {
+    ($file:literal) => {
+        Script::new(concat!(include_str!("../scripts/lease_prelude.lua"), include_str!(concat!("../scripts/", $file))))
+    };
+}
+
 pub(super) static RESERVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_reserve.lua")));
 pub(super) static COMMIT_CAS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_commit_cas.lua")));
 pub(super) static COMMIT_DELETE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_commit_delete.lua")));
-pub(super) static PUT_RECORD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_put_record.lua")));
+pub(super) static PUT_RECORD: LazyLock<Script> = LazyLock::new(|| leased!("message_put_record.lua"));
 pub(super) static RESTORE_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_restore_record.lua")));
 pub(super) static RESTORE_COMMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_restore_commit.lua")));
 pub(super) static HISTORY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_history.lua")));
-pub(super) static ALLOCATE_SEQ: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../scripts/lease_prelude.lua"),
-        include_str!("../scripts/message_allocate_seq.lua")
-    ))
-});
+pub(super) static ALLOCATE_SEQ: LazyLock<Script> = LazyLock::new(|| leased!("message_allocate_seq.lua"));
 pub(super) static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_raise.lua")));
 pub(super) static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_trim.lua")));
 pub(super) static GC_RECORD: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/message_gc_record.lua")));
-pub(super) static LEASE_INSTALL: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../scripts/lease_prelude.lua"),
-        include_str!("../scripts/message_lease_install.lua")
-    ))
-});
-pub(super) static LEASE_CHECK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_lease_check.lua")));
+pub(super) static LEASE_INSTALL: LazyLock<Script> = LazyLock::new(|| leased!("message_lease_install.lua"));
+pub(super) static LEASE_CHECK: LazyLock<Script> = LazyLock::new(|| leased!("message_lease_check.lua"));
 
 /// The store's connection (multiplexed, self-reconnecting; clones share it) and a count of the
 /// round trips made through it, so tests and the benchmark can hold the step costs to account.

@@ -1,9 +1,17 @@
--- Shared by the seq lease scripts (message_allocate_seq.lua, message_lease_install.lua): put in
--- front of each when it is loaded (scripts.rs). Both take the conversation's counter, lease,
--- token, history index, hot-tier lower bound and archived watermark as KEYS[1..6].
+-- Shared by the scripts that read a conversation's seq lease: put in front of each when it is
+-- loaded (scripts.rs). A lease is '<run_id>:<through>:<start>': the Redis process it was
+-- installed in, the highest seq it may issue, and the counter it was installed at (every seq
+-- above `start` and at most the counter was issued under it).
 
--- The Redis process now serving: a lease is valid only in the process it was installed in.
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+-- The Redis process now serving (asked once per script run, and only when needed): a lease is
+-- valid only in the process it was installed in.
+local serving_run = nil
+local function run()
+  if not serving_run then
+    serving_run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  end
+  return serving_run
+end
 
 -- The number `key` holds (0 when absent), whether the key exists, and a 'corrupt' reply when it
 -- holds something else.
@@ -19,8 +27,36 @@ local function number(key, what)
   return n, true
 end
 
--- The highest seq the conversation visibly holds (its history index's top, the hot-tier lower
--- bound, the archived watermark), or nil and a 'corrupt' reply. No seq is issued at or below it.
+-- The lease at `key` when it is valid here (it names the Redis process now serving, and the
+-- counter exists: `has_counter`): its end and its start. Nothing when it is missing or not
+-- valid here; nil, nil and a 'corrupt' reply when it is malformed.
+local function valid_lease(key, has_counter)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return nil
+  end
+  local owner, through, start = string.match(raw, '^(%x+):(%d+):(%d+)$')
+  if not owner then
+    if string.match(raw, '^%x+:%d+$') then
+      -- An earlier release's lease (no start): not valid; the next send revalidates.
+      return nil
+    end
+    return nil, nil, {'corrupt', 'lease ' .. raw .. ' is malformed'}
+  end
+  if owner ~= run() or not has_counter then
+    return nil
+  end
+  return tonumber(through), tonumber(start)
+end
+
+-- The lease value for this process.
+local function lease_value(through, start)
+  return run() .. ':' .. string.format('%d', through) .. ':' .. string.format('%d', start)
+end
+
+-- (Allocation and installation, whose KEYS[4..6] are the history index, the hot-tier lower
+-- bound and the archived watermark.) The highest seq the conversation visibly holds, or nil and
+-- a 'corrupt' reply. No seq is issued at or below it.
 local function visible_floor()
   local low, _, bad_low = number(KEYS[5], 'hot-tier lower bound')
   if bad_low then return nil, bad_low end

@@ -6,7 +6,7 @@
 -- instead of a new one, so retries leave no holes.
 --
 -- KEYS[1]  the seq counter           <ns>:{c:<tenant><conv>}:seq
--- KEYS[2]  the lease                 <ns>:{c:<tenant><conv>}:lease       '<run_id>:<through>'
+-- KEYS[2]  the lease                 <ns>:{c:<tenant><conv>}:lease       '<run_id>:<through>:<start>'
 -- KEYS[3]  the revalidation token    <ns>:{c:<tenant><conv>}:leasetoken
 -- KEYS[4]  the history index         <ns>:{c:<tenant><conv>}:idx
 -- KEYS[5]  the hot-tier lower bound  <ns>:{c:<tenant><conv>}:lowbound
@@ -21,33 +21,26 @@
 -- ARGV[6]  seqs left in the lease at or below which the caller should extend it early
 --
 -- Replies:
---   {'ok', seq, renew, through} the seq (a new one, or the claim's again) and the lease's end;
---                               renew 1: extend the lease soon
---   {'extend', through, counter} the lease is used up: raise the durable mark, then extend it
---   {'revalidate', counter, floor, token}
+--   {'ok', seq, renew, through, run}
+--                               the seq (a new one, or the claim's again), the lease's end and
+--                               the Redis process it is valid in; renew 1: extend it soon
+--   {'extend', through, counter, run}
+--                               the lease is used up: move the durable mark, then extend it
+--   {'revalidate', counter, floor, token, run}
 --                               the lease is missing or names another Redis process (restart,
 --                               failover, restore, flush) or the counter is gone: counters may
 --                               have rolled back. The caller now holds `token` and must restore,
 --                               read the durable mark and install a lease above it.
 --   {'wait'}                    another caller holds the revalidation token
 --   {'corrupt', reason}         a stored value is malformed
--- (`run`, `number` and `visible_floor` come from lease_prelude.lua.)
+-- (`run`, `number`, `valid_lease` and `visible_floor` come from lease_prelude.lua.)
 local counter, has_counter, bad = number(KEYS[1], 'seq counter')
 if bad then return bad end
 local floor, bad_floor = visible_floor()
 if bad_floor then return bad_floor end
 
-local through = nil
-local lease = redis.call('GET', KEYS[2])
-if lease then
-  local owner, value = string.match(lease, '^(%x+):(%d+)$')
-  if not owner then
-    return {'corrupt', 'lease ' .. lease .. ' is malformed'}
-  end
-  if owner == run and has_counter then
-    through = tonumber(value)
-  end
-end
+local through, _, bad_lease = valid_lease(KEYS[2], has_counter)
+if bad_lease then return bad_lease end
 if not through then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     return {'wait'}
@@ -56,7 +49,7 @@ if not through then
   -- Claims made under a lost lease may name seqs Redis no longer remembers: the revalidation
   -- restores the claims of durable records instead.
   redis.call('DEL', KEYS[7], KEYS[8])
-  return {'revalidate', string.format('%d', counter), string.format('%d', floor), ARGV[4]}
+  return {'revalidate', string.format('%d', counter), string.format('%d', floor), ARGV[4], run()}
 end
 
 local now = tonumber(ARGV[2])
@@ -73,7 +66,7 @@ if claim then
     return {'corrupt', 'claim ' .. claim .. ' is malformed'}
   end
   if tonumber(at) + life > now then
-    return {'ok', seq, 0, string.format('%d', through)}
+    return {'ok', seq, 0, string.format('%d', through), run()}
   end
 end
 -- Never issue at or below what the conversation visibly holds.
@@ -81,7 +74,7 @@ if counter < floor then
   counter = floor
 end
 if counter + 1 > through then
-  return {'extend', string.format('%d', through), string.format('%d', counter)}
+  return {'extend', string.format('%d', through), string.format('%d', counter), run()}
 end
 local seq = string.format('%d', counter + 1)
 redis.call('SET', KEYS[1], seq)
@@ -94,4 +87,4 @@ local renew = 0
 if through - (counter + 1) <= tonumber(ARGV[6]) then
   renew = 1
 end
-return {'ok', seq, renew, string.format('%d', through)}
+return {'ok', seq, renew, string.format('%d', through), run()}

@@ -1,22 +1,24 @@
-//! [`SeqHighWater`] on `seq_high_water`: one row per conversation, no TTL, never deleted.
+//! [`SeqHighWater`] on `seq_high_water`: one row per conversation (`high_water`, `holder`), no
+//! TTL, never deleted.
 //!
-//! A raise is `UPDATE ... USING TIMESTAMP <mark> SET high_water = <mark>`: the mark is its own
-//! write timestamp, so when two raises meet (in any order, on any replica, after any repair) the
-//! higher one wins, without an LWT. Both statements run at LOCAL_QUORUM, so a read sees every
-//! raise acknowledged before it began.
+//! The mark moves only by LWT (LOCAL_SERIAL): `INSERT ... IF NOT EXISTS` from the mark never
+//! moved, `UPDATE ... IF high_water = ? AND holder = ?` from any other. A failed condition
+//! answers the current mark (read by column name). Once per lease block of a conversation, and once per revalidation after Redis
+//! lost state: a rare control path, where DESIGN allows LWTs. Reads are LOCAL_QUORUM, which sees
+//! every acknowledged LWT (its commit is written at LOCAL_QUORUM).
 
 use async_trait::async_trait;
 
 use super::ScyllaMessageStore;
 use crate::codec::{i64_to_u64, u64_to_i64};
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, ConversationSeq, TenantId};
-use crate::scylla::cql::{corrupt, unavailable};
-use crate::seq_high_water::SeqHighWater;
+use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
+use crate::seq_high_water::{HighWater, SeqHighWater};
 
 #[async_trait]
 impl SeqHighWater for ScyllaMessageStore {
-    async fn high_water(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<ConversationSeq> {
+    async fn high_water(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<HighWater> {
         let what = format!("reading the seq high-water mark of {conversation}");
         let rows = self
             .inner
@@ -26,29 +28,48 @@ impl SeqHighWater for ScyllaMessageStore {
             .map_err(|e| unavailable(what.clone(), e))?
             .into_rows_result()
             .map_err(|e| corrupt(&what, e))?;
-        let mark = rows.maybe_first_row::<(Option<i64>,)>().map_err(|e| corrupt(&what, e))?;
-        match mark.and_then(|(m,)| m) {
-            Some(m) => Ok(ConversationSeq(i64_to_u64("seq high-water mark", m)?)),
-            None => Ok(ConversationSeq(0)),
+        match rows.maybe_first_row::<(Option<i64>, Option<String>)>().map_err(|e| corrupt(&what, e))? {
+            Some((Some(m), holder)) => Ok(HighWater {
+                through: ConversationSeq(i64_to_u64("seq high-water mark", m)?),
+                holder: holder.unwrap_or_default(),
+            }),
+            Some((None, _)) | None => Ok(HighWater::default()),
         }
     }
 
-    async fn raise_high_water(
+    async fn advance_high_water(
         &self,
         tenant: TenantId,
         conversation: ConversationId,
-        to: ConversationSeq,
-    ) -> StoreResult<()> {
-        if to.0 == 0 {
-            return Ok(());
+        expected: &HighWater,
+        to: &HighWater,
+    ) -> StoreResult<Option<HighWater>> {
+        if to.through <= expected.through {
+            return Err(StoreError::InvalidInput(format!(
+                "a seq high-water mark moves up, not from {} to {}",
+                expected.through, to.through
+            )));
         }
-        let mark = u64_to_i64("seq high-water mark", to.0)?;
-        let what = format!("raising the seq high-water mark of {conversation} to {mark}");
-        self.inner
-            .session
-            .execute_unpaged(&self.inner.st.raise_high_water, (mark, mark, &tenant.0[..], &conversation.0[..]))
-            .await
-            .map_err(|e| unavailable(what, e))?;
-        Ok(())
+        let (t, c) = (&tenant.0[..], &conversation.0[..]);
+        let target = u64_to_i64("seq high-water mark", to.through.0)?;
+        let what =
+            format!("moving the seq high-water mark of {conversation} from {} to {}", expected.through, to.through);
+        let st = &self.inner.st;
+        let result = if *expected == HighWater::default() {
+            self.inner.session.execute_unpaged(&st.init_high_water, (t, c, target, &to.holder)).await
+        } else {
+            let from = u64_to_i64("seq high-water mark", expected.through.0)?;
+            let values = (target, &to.holder, t, c, from, &expected.holder);
+            self.inner.session.execute_unpaged(&st.cas_high_water, values).await
+        };
+        let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
+        if outcome.applied() {
+            return Ok(None);
+        }
+        let through = outcome.bigint(&what, "high_water")?.unwrap_or(0);
+        Ok(Some(HighWater {
+            through: ConversationSeq(i64_to_u64("seq high-water mark", through)?),
+            holder: outcome.text(&what, "holder")?.unwrap_or_default(),
+        }))
     }
 }

@@ -2,8 +2,8 @@
 //!
 //! Consistency is set per statement, so it is visible next to the CQL:
 //! - LWTs (`IF NOT EXISTS`, `IF last_seq = ?`, `IF state = ?`, `IF request_blob = ? AND
-//!   commit_blob = ?`, `IF floor_bucket = ? AND pin = ?`): the first facts, ordered state
-//!   transitions, recovery fences and the history floor; LOCAL_QUORUM plus serial consistency
+//!   commit_blob = ?`, `IF floor_bucket = ? AND pin = ?`, `IF high_water = ? AND holder = ?`): the first facts,
+//!   ordered state transitions, recovery fences, the history floor and the seq high-water mark; LOCAL_QUORUM plus serial consistency
 //!   LOCAL_SERIAL.
 //! - Everything else (same-value upserts, reads, scans): LOCAL_QUORUM, no serial consistency;
 //!   the upserts are marked idempotent, so the driver may retry them.
@@ -41,7 +41,8 @@ pub(super) struct Statements {
     pub published_desc: PreparedStatement,
     pub records_at: PreparedStatement,
     pub select_high_water: PreparedStatement,
-    pub raise_high_water: PreparedStatement,
+    pub init_high_water: PreparedStatement,
+    pub cas_high_water: PreparedStatement,
     pub insert_expiry: PreparedStatement,
     pub index_asc: PreparedStatement,
     pub index_desc: PreparedStatement,
@@ -278,16 +279,26 @@ impl Statements {
             select_high_water: prepare(
                 session,
                 Read,
-                format!("SELECT high_water FROM {ks}.seq_high_water WHERE tenant_id = ? AND conversation_id = ?"),
+                format!(
+                    "SELECT high_water, holder FROM {ks}.seq_high_water WHERE tenant_id = ? AND conversation_id = ?"
+                ),
             )
             .await?,
-            // The mark is its own write timestamp, so the highest raise wins whatever the order.
-            raise_high_water: prepare(
+            init_high_water: prepare(
                 session,
-                Upsert,
+                Lwt,
                 format!(
-                    "UPDATE {ks}.seq_high_water USING TIMESTAMP ? SET high_water = ? WHERE tenant_id = ? AND \
-                     conversation_id = ?"
+                    "INSERT INTO {ks}.seq_high_water (tenant_id, conversation_id, high_water, holder) \
+                     VALUES (?, ?, ?, ?) IF NOT EXISTS"
+                ),
+            )
+            .await?,
+            cas_high_water: prepare(
+                session,
+                Lwt,
+                format!(
+                    "UPDATE {ks}.seq_high_water SET high_water = ?, holder = ? WHERE tenant_id = ? AND \
+                     conversation_id = ? IF high_water = ? AND holder = ?"
                 ),
             )
             .await?,
