@@ -444,3 +444,33 @@ async fn members_survive_a_redis_loss_and_the_cache_follows_changes() {
     assert!(!cache.fill(t, c, &generation, &stale).await.unwrap(), "a fill older than a change is refused");
     assert!(store.is_member(t, c, user(4)).await.unwrap());
 }
+
+/// A fill of many members is written in parts; two fills under way at once never mix their
+/// parts: a valid cache holds exactly one fill's members.
+#[tokio::test]
+async fn two_fills_in_parts_at_once_never_mix() {
+    use qim_store::redis::membership_cache::Cached;
+    let h = TieredMembers::default();
+    let redis = RedisConfig { url: redis_url(), namespace: h.namespace.clone() };
+    let (a, b) = (RedisMembershipCache::open(&redis).await.unwrap(), RedisMembershipCache::open(&redis).await.unwrap());
+    // Distinct sets (of one generation they would be the same), so a mix shows.
+    let set = |offset: u32| -> Vec<qim_store::ids::UserId> { (0..5_000).map(|i| user(offset + i)).collect() };
+    let (x, y) = (set(0), set(100_000));
+    for round in 0..4 {
+        let (t, c) = (fresh_tenant(), fresh_conversation());
+        let Cached::Miss { generation } = a.is_member(t, c, user(1)).await.unwrap() else { panic!("a fresh cache") };
+        let (filled_x, filled_y) = tokio::join!(a.fill(t, c, &generation, &x), b.fill(t, c, &generation, &y));
+        assert!(filled_x.unwrap() || filled_y.unwrap(), "round {round}: one of the fills lands");
+        let mut cached = Vec::new();
+        loop {
+            let Cached::Hit(page) = a.members_page(t, c, cached.last().copied(), 1_000).await.unwrap() else {
+                panic!("round {round}: the landed fill left the cache valid")
+            };
+            if page.is_empty() {
+                break;
+            }
+            cached.extend(page);
+        }
+        assert!(cached == x || cached == y, "round {round}: the cache mixes two fills ({} members)", cached.len());
+    }
+}

@@ -9,6 +9,7 @@
 //! | `<ns>:{c:<tenant><conversation>}:members` | ZSET | member = the raw 16-byte user id, score 0 |
 //! | `<ns>:{c:<tenant><conversation>}:memberscached` | string | the `run_id` of the Redis process that filled the set (TTL [`CACHE_TTL_MILLIS`]) |
 //! | `<ns>:{c:<tenant><conversation>}:membersgen` | string | generation: incremented by every change |
+//! | `<ns>:{c:<tenant><conversation>}:membersfill` | string | the id of the fill under way, for fills of more than one part (TTL [`CACHE_TTL_MILLIS`]) |
 //!
 //! # Why the cache never serves a stale answer for long
 //!
@@ -18,7 +19,9 @@
 //! - A change is written to the durable table first, then to the cache
 //!   (`membership_changed.lua`), which also moves the generation. A fill carries the generation
 //!   its reader saw *before* reading the durable table, and lands only if it is unchanged, so a
-//!   fill that read the table before a change can not overwrite the change's cache update.
+//!   fill that read the table before a change can not overwrite the change's cache update. A
+//!   fill of many members is written in parts; a fill that begins while another is under way
+//!   takes it over (the other's later parts are refused), so parts of two fills never mix.
 //! - If the cache update after a durable change fails (Redis unreachable), the change is still
 //!   durable and the caller gets the error (and retries); a cache that missed an update is
 //!   dropped at the latest when its marker expires.
@@ -96,9 +99,14 @@ impl RedisMembershipCache {
         Ok(Self { con: connect_checked(config).await?, ns: config.namespace.clone() })
     }
 
-    fn keys(&self, tenant: TenantId, conversation: ConversationId) -> [String; 3] {
+    fn keys(&self, tenant: TenantId, conversation: ConversationId) -> [String; 4] {
         let tag = format!("{}:{{c:{}{}}}", self.ns, tenant.to_hex(), conversation.to_hex());
-        [format!("{tag}:members"), format!("{tag}:memberscached"), format!("{tag}:membersgen")]
+        [
+            format!("{tag}:members"),
+            format!("{tag}:memberscached"),
+            format!("{tag}:membersgen"),
+            format!("{tag}:membersfill"),
+        ]
     }
 
     async fn run(&self, what: &str, script: &Script, keys: &[String], args: &[&[u8]]) -> StoreResult<Value> {
@@ -178,6 +186,7 @@ impl RedisMembershipCache {
         let ttl = CACHE_TTL_MILLIS.to_string();
         let chunks: Vec<&[UserId]> = if members.is_empty() { vec![&[]] } else { members.chunks(FILL_CHUNK).collect() };
         let last = chunks.len() - 1;
+        let fill_id = uuid::Uuid::new_v4().simple().to_string();
         for (i, chunk) in chunks.into_iter().enumerate() {
             let part: &[u8] = match (i, i == last) {
                 (0, true) => b"only",
@@ -185,7 +194,7 @@ impl RedisMembershipCache {
                 (_, true) => b"last",
                 _ => b"more",
             };
-            let mut args: Vec<&[u8]> = vec![generation.as_bytes(), part, ttl.as_bytes()];
+            let mut args: Vec<&[u8]> = vec![generation.as_bytes(), part, ttl.as_bytes(), fill_id.as_bytes()];
             args.extend(chunk.iter().map(|u| &u.0[..]));
             let reply = self.run("filling the member cache", &FILL, &keys, &args).await?;
             match status(&reply) {
