@@ -64,6 +64,8 @@ pub async fn start_with(
 ) -> anyhow::Result<RunningDispatcher> {
     let kafka = &config.kafka;
     let producer = AckedProducer::new(&kafka.brokers).map_err(anyhow::Error::msg)?;
+    // The stores were opened before (by `start`, or by a test): the steps left share a
+    // deadline of their own.
     let startup = Startup::new(config.startup_timeout);
     startup
         .step("checking the kafka topics", || async {

@@ -31,6 +31,10 @@ const SCAN_TIMEOUT: Duration = Duration::from_secs(10);
 /// the topic would hold the whole backlog in memory.
 pub const MAX_TAIL_RECORDS: usize = 2_000_000;
 
+/// How long a finished scan is kept for the callers that waited for it (they take it within
+/// moments; a scan is of no use to callers that ask later, and may be large).
+const KEEP_SCAN: Duration = Duration::from_secs(30);
+
 /// One finished scan: the tail's records by conversation, and when the scan began.
 pub struct Tail {
     began: Instant,
@@ -51,7 +55,8 @@ pub struct TailScanner {
     brokers: String,
     topic: String,
     archiver_group: String,
-    latest: Mutex<Option<Arc<Tail>>>,
+    /// The newest scan, for [`KEEP_SCAN`].
+    latest: Arc<Mutex<Option<Arc<Tail>>>>,
     scanning: tokio::sync::Mutex<()>,
 }
 
@@ -63,7 +68,7 @@ impl TailScanner {
             brokers: brokers.to_owned(),
             topic: topic.to_owned(),
             archiver_group: archiver_group.to_owned(),
-            latest: Mutex::new(None),
+            latest: Arc::default(),
             scanning: tokio::sync::Mutex::new(()),
         }
     }
@@ -93,6 +98,14 @@ impl TailScanner {
         tracing::info!(topic = %self.topic, scanned, conversations = records.len(), took_ms = began.elapsed().as_millis() as u64, "unarchived tail scanned");
         let tail = Arc::new(Tail { began, records, scanned });
         *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(tail.clone());
+        let latest = Arc::clone(&self.latest);
+        tokio::spawn(async move {
+            tokio::time::sleep(KEEP_SCAN).await;
+            let mut latest = latest.lock().unwrap_or_else(PoisonError::into_inner);
+            if latest.as_ref().is_some_and(|t| t.began == began) {
+                *latest = None;
+            }
+        });
         Ok(tail)
     }
 }

@@ -38,7 +38,7 @@ use crate::config::DispatcherConfig;
 use crate::kafka::{consumer_config, AckedProducer, GroupContext, Owned};
 
 /// Records buffered between the consumer and one pipeline.
-const CHANNEL: usize = 256;
+pub(super) const CHANNEL: usize = 256;
 /// How long shutdown waits for in-flight steps before abandoning them (they are redone).
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 

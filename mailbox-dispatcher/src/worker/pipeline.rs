@@ -41,7 +41,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::resync::{next_after, seek_back, Resync};
+use super::resync::{next_after, seek_back, Arrival, Resync};
 use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
 use super::window::Window;
 use crate::metrics::{DISPATCHES_COLLECTED, LANE_WATERMARK_LAG, WATERMARK_ADVANCES};
@@ -71,6 +71,8 @@ pub(super) enum Done {
     Chunks(ChunksDone),
     Advance(Vec<(LaneId, StoreResult<LaneWatermark>)>),
     Watermarks(StoreResult<Vec<LaneWatermark>>),
+    /// The watermarks read after the store was found to have lost state.
+    RewindWatermarks(StoreResult<Vec<LaneWatermark>>),
     Incarnation(StoreResult<String>),
     Gc(StoreResult<usize>),
 }
@@ -106,8 +108,6 @@ pub struct Pipeline {
     pub(super) steps: CancellationToken,
     /// The watermarks are being read again to find where to rewind to.
     pub(super) rewind_reading: bool,
-    /// Records before the one at this offset are stale (this pipeline follows a rewind there).
-    resume_at: Option<u64>,
     /// The store's incarnation of the shard when this pipeline started; a change means the
     /// store may have lost state (see [`super::resync`]).
     pub(super) incarnation: Option<String>,
@@ -146,10 +146,9 @@ impl Pipeline {
             last_gc: Instant::now(),
             dirty: false,
             tasks: JoinSet::new(),
-            resync: if resume_at.is_some() { Resync::after_rewind() } else { Resync::default() },
+            resync: resume_at.map_or_else(Resync::default, Resync::after_rewind),
             rewind_to: None,
             rewind_reading: false,
-            resume_at,
             incarnation: None,
             checking_incarnation: false,
         }
@@ -201,24 +200,18 @@ impl Pipeline {
                     },
                 },
                 received = input.recv(), if !intake_stopped && room => match received {
-                    Some(record) if self.resume_at.is_some_and(|at| record.offset != at) => {
-                        tracing::debug!(shard = shard.0, offset = record.offset, "record from before the rewind, dropped");
-                    }
                     Some(record) if self.window.highest().is_some_and(|h| record.offset <= h) => {
                         // Delivered again without a rebalance (the consumer fell back): that
                         // offset is already in flight or done here.
                         tracing::warn!(shard = shard.0, offset = record.offset, "record received twice, skipped");
                     }
-                    Some(record) => {
-                        self.resume_at = None;
-                        self.resync.received(record.offset);
-                        if let Some(to) = self.resync.behind_at_start() {
-                            self.rewind(to);
+                    Some(record) => match self.resync.arrived(record.offset) {
+                        Arrival::Drop => {
+                            tracing::debug!(shard = shard.0, offset = record.offset, "record from before the rewind, dropped");
                         }
-                        let weight = record.value.as_ref().map_or(0, Vec::len);
-                        self.window.push(record.offset, weight);
-                        self.to_begin.push_back(record);
-                    }
+                        Arrival::SeekAgain(at) => self.seek_again(at),
+                        Arrival::Take => self.take(record),
+                    },
                     None => closed = true,
                 },
                 _ = tick.tick() => self.tick(),
@@ -234,6 +227,16 @@ impl Pipeline {
         let why = if self.revoked.is_cancelled() && !self.shutdown.is_cancelled() { "revoked" } else { "shutdown" };
         tracing::info!(shard = shard.0, why, left_in_flight = self.window.len(), "shard pipeline stopped");
         None
+    }
+
+    /// Puts a received record in the window, to be begun.
+    fn take(&mut self, record: Record) {
+        if let Some(to) = self.resync.behind_at_start() {
+            self.rewind(to);
+        }
+        let weight = record.value.as_ref().map_or(0, Vec::len);
+        self.window.push(record.offset, weight);
+        self.to_begin.push_back(record);
     }
 
     /// Starts begins in log order, skipping none: stops at a record whose dispatch id is being
@@ -318,9 +321,14 @@ impl Pipeline {
                     }
                 }
             }
-            Done::Watermarks(Ok(wms)) if self.rewind_reading => {
+            Done::RewindWatermarks(Ok(wms)) => {
                 self.rewind_reading = false;
+                self.resync.lost = false;
                 self.rewind(next_after(&wms));
+            }
+            Done::RewindWatermarks(Err(e)) => {
+                self.rewind_reading = false;
+                tracing::warn!(shard = self.shard.0, error = %e, "reading lane watermarks to rewind to failed; again next page");
             }
             Done::Watermarks(Ok(wms)) => {
                 self.resync.started_at(&wms);
@@ -334,7 +342,6 @@ impl Pipeline {
                 self.watermarks_known = true;
             }
             Done::Watermarks(Err(e)) => {
-                self.rewind_reading = false;
                 tracing::warn!(shard = self.shard.0, error = %e, "reading lane watermarks failed (lag unknown until they advance)");
             }
             Done::Incarnation(result) => self.incarnation_read(result),
@@ -395,6 +402,9 @@ impl Pipeline {
     fn tick(&mut self) {
         if self.stopped() {
             return;
+        }
+        if self.resync.lost {
+            self.store_lost_state();
         }
         self.check_incarnation();
         self.advance_page();

@@ -20,7 +20,10 @@
 //! - a chunk step finds a dispatch this pipeline began unknown to the store (`NotFound`).
 //!
 //! The pipeline then stops its steps (their retries could never succeed), reads the store's
-//! watermarks, and ends by seeking the partition back to them.
+//! watermarks (again on every page until a read succeeds), and ends by seeking the partition
+//! back to them. The next pipeline drops what arrives before the offset sought (records fetched
+//! before the seek); if that offset does not arrive among the next [`STALE_RECORDS`] (the log
+//! no longer holds it: retention), it seeks again, to where the log now begins.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,6 +42,21 @@ use crate::metrics::SHARD_RESYNCS;
 /// Consecutive refused advances after which the store is taken to have lost state.
 pub const STRIKES: u32 = 3;
 
+/// Records other than the one sought that a pipeline after a rewind drops before it seeks
+/// again: more than were ever buffered before the seek (one pipeline's channel).
+pub const STALE_RECORDS: u32 = super::CHANNEL as u32;
+
+/// What a pipeline does with a record it received.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Arrival {
+    /// Dispatch it.
+    Take,
+    /// From before the seek of the rewind this pipeline follows.
+    Drop,
+    /// The offset sought did not arrive: seek there again (at most as far back as the log goes).
+    SeekAgain(u64),
+}
+
 /// The first offset the store does not hold everything of, by its lane watermarks.
 pub fn next_after(watermarks: &[LaneWatermark]) -> u64 {
     watermarks.iter().map(|w| w.through.map_or(0, |t| t + 1)).min().unwrap_or(0)
@@ -53,17 +71,37 @@ pub struct Resync {
     /// This pipeline starts where a rewind sought the log (at most as far back as the log
     /// still goes): starting there again is the point, not a sign.
     after_rewind: bool,
+    /// The offset a rewind sought the log to, until the record there arrives.
+    resume_at: Option<u64>,
+    /// Records dropped while waiting for `resume_at`.
+    dropped: u32,
+    /// The store was found to have lost state, and where its watermarks are is not known yet.
+    pub lost: bool,
 }
 
 impl Resync {
-    /// Knowledge of a pipeline that follows a rewind.
-    pub fn after_rewind() -> Self {
-        Self { after_rewind: true, ..Self::default() }
+    /// Knowledge of a pipeline that follows a rewind, which sought the log to `at`.
+    pub fn after_rewind(at: u64) -> Self {
+        Self { after_rewind: true, resume_at: Some(at), ..Self::default() }
     }
 
-    /// A record at `offset` arrived.
-    pub fn received(&mut self, offset: u64) {
+    /// A record at `offset` arrived: whether to dispatch it.
+    pub fn arrived(&mut self, offset: u64) -> Arrival {
+        match self.resume_at {
+            Some(at) if offset == at => self.resume_at = None,
+            Some(at) if offset < at => return Arrival::Drop,
+            Some(at) => {
+                self.dropped += 1;
+                if self.dropped > STALE_RECORDS {
+                    self.dropped = 0;
+                    return Arrival::SeekAgain(at);
+                }
+                return Arrival::Drop;
+            }
+            None => {}
+        }
         self.first.get_or_insert(offset);
+        Arrival::Take
     }
 
     /// The store's watermarks, read when the pipeline started.
@@ -107,6 +145,18 @@ impl Pipeline {
         }
     }
 
+    /// The offset the last rewind sought to did not arrive: end, and seek there again.
+    pub(super) fn seek_again(&mut self, at: u64) {
+        tracing::warn!(
+            shard = self.shard.0,
+            at,
+            dropped = STALE_RECORDS,
+            "the offset the shard's log was sought back to did not arrive (retention removed it?); seeking again"
+        );
+        self.rewind_to = Some(at);
+        self.steps.cancel();
+    }
+
     /// Reads the store's incarnation of the shard (one read at a time).
     pub(super) fn check_incarnation(&mut self) {
         if self.checking_incarnation {
@@ -120,12 +170,13 @@ impl Pipeline {
     /// The store lost state this pipeline wrote: find where its watermarks are now, which is
     /// where to read the log again from (then [`Self::rewind`]).
     pub(super) fn store_lost_state(&mut self) {
+        self.resync.lost = true;
         if self.rewind_reading || self.rewind_to.is_some() {
             return;
         }
         self.rewind_reading = true;
         let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
-        self.tasks.spawn(async move { Done::Watermarks(read_watermarks(store, shard).await) });
+        self.tasks.spawn(async move { Done::RewindWatermarks(read_watermarks(store, shard).await) });
     }
 
     /// What an incarnation read answered: the first is the pipeline's; another one later means
@@ -189,20 +240,39 @@ mod tests {
         let mut r = Resync::default();
         r.started_at(&[wm(0, Some(9)), wm(1, Some(4))]);
         assert_eq!(r.behind_at_start(), None, "no record yet");
-        r.received(5);
+        assert_eq!(r.arrived(5), Arrival::Take);
         assert_eq!(r.behind_at_start(), None, "reading from where every lane is");
         let mut r = Resync::default();
-        r.received(12);
+        assert_eq!(r.arrived(12), Arrival::Take);
         r.started_at(&[wm(0, Some(9)), wm(1, Some(4))]);
         assert_eq!(r.behind_at_start(), Some(5), "lane 1 lost 5..12");
         let mut wiped = Resync::default();
-        wiped.received(300);
+        assert_eq!(wiped.arrived(300), Arrival::Take);
         wiped.started_at(&[wm(0, None), wm(1, None)]);
         assert_eq!(wiped.behind_at_start(), Some(0), "a wiped store holds nothing");
-        let mut again = Resync::after_rewind();
-        again.received(300);
+        let mut again = Resync::after_rewind(300);
+        assert_eq!(again.arrived(300), Arrival::Take);
         again.started_at(&[wm(0, None)]);
         assert_eq!(again.behind_at_start(), None, "the log starts at 300 now: nothing further back to read");
+    }
+
+    #[test]
+    fn after_a_rewind_records_before_the_sought_one_are_dropped_until_it_arrives() {
+        let mut r = Resync::after_rewind(100);
+        assert_eq!(r.arrived(640), Arrival::Drop, "fetched before the seek");
+        assert_eq!(r.arrived(99), Arrival::Drop);
+        assert_eq!(r.arrived(100), Arrival::Take, "the sought record");
+        assert_eq!(r.arrived(101), Arrival::Take);
+        assert_eq!(r.arrived(640), Arrival::Take, "after it, everything is taken");
+    }
+
+    #[test]
+    fn a_sought_offset_that_never_arrives_means_seeking_again() {
+        let mut r = Resync::after_rewind(100);
+        for offset in 0..u64::from(STALE_RECORDS) {
+            assert_eq!(r.arrived(500 + offset), Arrival::Drop);
+        }
+        assert_eq!(r.arrived(500 + u64::from(STALE_RECORDS)), Arrival::SeekAgain(100));
     }
 
     #[test]

@@ -186,7 +186,7 @@ pub async fn write_chunks(
         lane,
         chunks,
         completed: false,
-        lost_dispatch: matches!(result, Some(Err(e)) if e.kind() == ErrorKind::NotFound),
+        lost_dispatch: matches!(result, Some(Err(e)) if lost(e.kind())),
     };
     let written = retry_store("append_chunks", &cancel, lost, || store.append_chunks(&writes)).await;
     let Some(Ok(entries)) = written else { return abandoned(&written.map(|r| r.map(drop)), chunks) };

@@ -419,12 +419,17 @@ impl RedisMessageStore {
         }
         metrics::counter!(crate::metrics::SEQ_ABANDONED).increment(1);
         let (tenant, conversation) = (theirs.request.key.tenant, theirs.request.conversation);
-        let cmd = redis::cmd("HSET")
-            .arg(self.keys.claims(tenant, conversation))
-            .arg(keys::claim(&theirs.request.key))
-            .arg(format!("{}:{}", theirs.seq.0, theirs.created_at.0))
-            .clone();
-        let _ = query::<i64>(&self.con, "pointing a claim at its commit", &cmd).await;
+        let (claims, times) = (self.keys.claims(tenant, conversation), self.keys.claim_times(tenant, conversation));
+        let (member, life) = (keys::claim(&theirs.request.key), 2 * COMMIT_AUX_TTL_MILLIS);
+        // As message_allocate_seq.lua claims: the claim, its time, and the keys' safety-net TTL.
+        let mut batch = Batch::default();
+        batch.command("HSET").arg(&claims).arg(&member).arg(format!("{}:{}", theirs.seq.0, theirs.created_at.0));
+        batch.command("ZADD").arg(&times).arg(theirs.created_at.0).arg(&member);
+        batch.command("PEXPIRE").arg(&claims).arg(life);
+        batch.command("PEXPIRE").arg(&times).arg(life);
+        if let Err(e) = run(&self.con, "pointing a claim at its commit", batch).await {
+            tracing::debug!(%conversation, error = %e, "pointing a claim at its commit failed");
+        }
     }
 
     /// Best effort: removes a recovery entry that leads nowhere (else the auxiliary GC does).
