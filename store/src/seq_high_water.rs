@@ -18,7 +18,7 @@
 
 use async_trait::async_trait;
 
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, ConversationSeq, TenantId};
 
 /// A conversation's mark: every seq ever issued is at or below `through`; `holder` names who
@@ -71,4 +71,15 @@ pub trait SeqHighWater: Send + Sync {
         }
         Ok(())
     }
+}
+
+/// What every backend checks before a move: the mark only moves up.
+pub(crate) fn check_move(expected: &HighWater, to: &HighWater) -> StoreResult<()> {
+    if to.through <= expected.through {
+        return Err(StoreError::InvalidInput(format!(
+            "a seq high-water mark moves up, not from {} to {}",
+            expected.through, to.through
+        )));
+    }
+    Ok(())
 }

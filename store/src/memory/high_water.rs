@@ -7,9 +7,9 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use super::lock;
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::ids::{ConversationId, TenantId};
-use crate::seq_high_water::{HighWater, SeqHighWater};
+use crate::seq_high_water::{check_move, HighWater, SeqHighWater};
 
 /// Per-conversation high-water marks in process memory.
 #[derive(Default, Debug)]
@@ -37,12 +37,7 @@ impl SeqHighWater for MemorySeqHighWater {
         expected: &HighWater,
         to: &HighWater,
     ) -> StoreResult<Option<HighWater>> {
-        if to.through <= expected.through {
-            return Err(StoreError::InvalidInput(format!(
-                "a seq high-water mark moves up, not from {} to {}",
-                expected.through, to.through
-            )));
-        }
+        check_move(expected, to)?;
         let mut marks = lock(&self.marks);
         let mark = marks.entry((tenant, conversation)).or_default();
         if mark != expected {

@@ -11,10 +11,10 @@ use async_trait::async_trait;
 
 use super::ScyllaMessageStore;
 use crate::codec::{i64_to_u64, u64_to_i64};
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::ids::{ConversationId, ConversationSeq, TenantId};
 use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
-use crate::seq_high_water::{HighWater, SeqHighWater};
+use crate::seq_high_water::{check_move, HighWater, SeqHighWater};
 
 #[async_trait]
 impl SeqHighWater for ScyllaMessageStore {
@@ -44,12 +44,7 @@ impl SeqHighWater for ScyllaMessageStore {
         expected: &HighWater,
         to: &HighWater,
     ) -> StoreResult<Option<HighWater>> {
-        if to.through <= expected.through {
-            return Err(StoreError::InvalidInput(format!(
-                "a seq high-water mark moves up, not from {} to {}",
-                expected.through, to.through
-            )));
-        }
+        check_move(expected, to)?;
         let (t, c) = (&tenant.0[..], &conversation.0[..]);
         let target = u64_to_i64("seq high-water mark", to.through.0)?;
         let what =
