@@ -75,12 +75,16 @@ use crate::seq_high_water::{HighWater, SeqHighWater};
 /// most this many; in the steady state it costs one durable write per this many sends.
 pub const DEFAULT_LEASE_BLOCK: u64 = 64;
 
-/// How long a revalidation token holds (Redis's clock): a crashed revalidation blocks its
-/// conversation at most this long.
-const TOKEN_MILLIS: u64 = 60_000;
+/// How long a revalidation token holds (Redis's clock) unless its holder renews it: a crashed
+/// revalidation blocks its conversation at most this long.
+const TOKEN_MILLIS: u64 = 6_000;
+
+/// How often a revalidation under way renews its token (well within [`TOKEN_MILLIS`]).
+const TOKEN_KEEP_EVERY: Duration = Duration::from_secs(2);
 
 /// How many times one reserve waits for another caller's revalidation (20 ms, doubling up to
-/// 500 ms: about a minute, the token's life) before it answers `Unavailable`.
+/// 500 ms: about a minute; a long restore renews its token meanwhile) before it answers
+/// `Unavailable`.
 pub(super) const MAX_WAITS: u32 = 130;
 
 /// How many extensions or revalidations one reserve makes before it answers `Unavailable`
@@ -276,7 +280,8 @@ impl RedisMessageStore {
                 self.extend(tenant, conversation, &lease).await
             }
             Allocation::Revalidate { counter, floor, token, run } => {
-                let result = self.revalidate(tenant, conversation, counter.max(floor), &token, &run).await;
+                let revalidation = self.revalidate(tenant, conversation, counter.max(floor), &token, &run);
+                let result = self.keeping_token(tenant, conversation, &token, revalidation).await;
                 if result.is_err() {
                     self.release_token(tenant, conversation, &token).await;
                 }
@@ -417,6 +422,31 @@ impl RedisMessageStore {
         }
         let reply = invoke(&self.con, "installing a seq lease", &invocation).await?;
         status("message_lease_install", &format_args!("conversation {conversation}"), reply)
+    }
+
+    /// Runs `revalidation` while renewing `token` every [`TOKEN_KEEP_EVERY`], so a restore that
+    /// takes long keeps its token while a crashed process's token lapses within
+    /// [`TOKEN_MILLIS`]. A renewal that fails is left to the install: it refuses a lapsed token.
+    async fn keeping_token<T>(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        token: &str,
+        revalidation: impl std::future::Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
+        tokio::pin!(revalidation);
+        let mut keep = tokio::time::interval_at(tokio::time::Instant::now() + TOKEN_KEEP_EVERY, TOKEN_KEEP_EVERY);
+        loop {
+            tokio::select! {
+                result = &mut revalidation => return result,
+                _ = keep.tick() => {
+                    let millis = TOKEN_MILLIS.to_string();
+                    if let Err(e) = self.install(tenant, conversation, &["keep", token, &millis]).await {
+                        tracing::debug!(%conversation, error = %e, "renewing a revalidation token failed");
+                    }
+                }
+            }
+        }
     }
 
     /// Best effort: gives a revalidation token back after a failed revalidation, so the next

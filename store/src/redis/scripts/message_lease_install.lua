@@ -23,6 +23,8 @@
 --                now; deletes the lease if it is still this one, so the next allocation
 --                revalidates above the mark.
 --   'release'    ARGV[2] a token: deletes it if it is still that one (a revalidation failed).
+--   'keep'       ARGV[2] a token, ARGV[3] ms: renews its TTL if it is still that one (a
+--                revalidation under way keeps its token; a crashed one's lapses soon).
 --
 -- Replies: {'ok', counter, through} | {'retry', reason} (allocate again) | {'corrupt', reason}
 -- (`run`, `number`, `valid_lease`, `lease_value` and `visible_floor` come from lease_prelude.lua.)
@@ -30,6 +32,13 @@ local mode = ARGV[1]
 if mode == 'release' then
   if redis.call('GET', KEYS[3]) == ARGV[2] then
     redis.call('DEL', KEYS[3])
+  end
+  return {'ok', '0', '0'}
+end
+if mode == 'keep' then
+  if redis.call('GET', KEYS[3]) == ARGV[2] then
+    redis.call('PEXPIRE', KEYS[3], ARGV[3])
+    return {'ok', '1', '0'}
   end
   return {'ok', '0', '0'}
 end
