@@ -54,7 +54,8 @@ pub trait SeqHighWater: Send + Sync {
 
     /// Raises the mark to at least `to`, holder cleared (a lower value changes nothing): what a
     /// replay of the topic into a lost keyspace does. By compare-and-set from whatever the mark
-    /// is, until one lands or the mark is already there.
+    /// is, until one lands or the mark is already there; `Unavailable` when the mark kept
+    /// moving under [`RAISE_RACES`] attempts.
     async fn raise_high_water(
         &self,
         tenant: TenantId,
@@ -62,16 +63,31 @@ pub trait SeqHighWater: Send + Sync {
         to: ConversationSeq,
     ) -> StoreResult<()> {
         let mut current = self.high_water(tenant, conversation).await?;
-        while current.through < to {
+        for _ in 0..RAISE_RACES {
+            if current.through >= to {
+                return Ok(());
+            }
             let target = HighWater { through: to, holder: String::new() };
             match self.advance_high_water(tenant, conversation, &current, &target).await? {
                 None => return Ok(()),
                 Some(now) => current = now,
             }
         }
-        Ok(())
+        if current.through >= to {
+            return Ok(());
+        }
+        Err(StoreError::Unavailable {
+            message: format!(
+                "conversation {conversation}: its seq high-water mark kept moving while raising it to {to}"
+            ),
+            source: None,
+        })
     }
 }
+
+/// How many compare-and-sets [`SeqHighWater::raise_high_water`] tries before it gives up (each
+/// failed one means another process moved the mark meanwhile).
+pub const RAISE_RACES: u32 = 16;
 
 /// What every backend checks before a move: the mark only moves up.
 pub(crate) fn check_move(expected: &HighWater, to: &HighWater) -> StoreResult<()> {

@@ -31,8 +31,9 @@
 //!   hex): every observation of the shard log.
 //! - `…:seen` ZSET: dispatch id hex → last observation ms (GC order and cut-off).
 //! - `…:wm` HASH: lane → watermark offset.
-//! - `…:incarnation` string: `<run_id>:<nonce>`, made anew when missing or of another Redis
-//!   process (`shard_incarnation`: what tells a dispatcher the shard's state may be lost).
+//! - `…:incarnation` string: `<serving>:<nonce>`, made anew when missing or of another copy of
+//!   the data (`serving_prelude.lua`; `shard_incarnation`: what tells a dispatcher the shard's
+//!   state may be lost).
 //! - `…:work` HASH: `<message id hex>` → highest observed offset (as the row's `max`) and
 //!   `<message id hex>:<lane>` → chunks of the lane not yet complete (for lanes with work). What
 //!   watermarks and GC need of every dispatch lives in this one shard key, so their scripts read
@@ -250,7 +251,7 @@ impl MailboxStore for RedisMailboxStore {
 
     async fn shard_incarnation(&self, shard: ShardId) -> StoreResult<String> {
         static SCRIPT: std::sync::LazyLock<redis::Script> =
-            std::sync::LazyLock::new(|| redis::Script::new(include_str!("scripts/mailbox_incarnation.lua")));
+            std::sync::LazyLock::new(|| super::serving_script(include_str!("scripts/mailbox_incarnation.lua")));
         let mut invocation = SCRIPT.key(self.shard_keys(shard).incarnation);
         invocation.arg(uuid::Uuid::new_v4().simple().to_string());
         invocation.invoke_async(&mut self.conn.clone()).await.map_err(|e| redis_err("reading a shard's incarnation", e))

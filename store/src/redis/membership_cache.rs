@@ -7,7 +7,7 @@
 //! | key | type | holds |
 //! |-----|------|-------|
 //! | `<ns>:{c:<tenant><conversation>}:members` | ZSET | member = the raw 16-byte user id, score 0 |
-//! | `<ns>:{c:<tenant><conversation>}:memberscached` | string | the `run_id` of the Redis process that filled the set (TTL [`CACHE_TTL_MILLIS`]) |
+//! | `<ns>:{c:<tenant><conversation>}:memberscached` | string | the copy of the data (`serving_prelude.lua`) the set was filled in (TTL [`CACHE_TTL_MILLIS`]) |
 //! | `<ns>:{c:<tenant><conversation>}:membersgen` | string | generation: incremented by every change |
 //! | `<ns>:{c:<tenant><conversation>}:membersfill` | string | the id of the fill under way, for fills of more than one part (TTL [`CACHE_TTL_MILLIS`]) |
 //!
@@ -31,7 +31,7 @@ use std::sync::LazyLock;
 use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
-use super::{connect_checked, redis_error, RedisConfig};
+use super::{connect_checked, redis_error, serving_script, RedisConfig};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, TenantId, UserId};
 
@@ -42,9 +42,9 @@ pub const CACHE_TTL_MILLIS: u64 = 10 * 60 * 1000;
 /// Members per fill script call.
 const FILL_CHUNK: usize = 2_000;
 
-static CACHED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/membership_cached.lua")));
-static FILL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/membership_fill.lua")));
-static CHANGED: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/membership_changed.lua")));
+static CACHED: LazyLock<Script> = LazyLock::new(|| serving_script(include_str!("scripts/membership_cached.lua")));
+static FILL: LazyLock<Script> = LazyLock::new(|| serving_script(include_str!("scripts/membership_fill.lua")));
+static CHANGED: LazyLock<Script> = LazyLock::new(|| serving_script(include_str!("scripts/membership_changed.lua")));
 
 /// A cached answer, or the generation a fill must find unchanged.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,7 +8,7 @@
 //! | key | type | holds |
 //! |-----|------|-------|
 //! | `<ns>:{c:<tenant><conversation>}:seq` | string | highest seq issued under the current lease |
-//! | `<ns>:{c:<tenant><conversation>}:lease` | string | `<run_id>:<through>`: the seq lease (see [`lease`]) |
+//! | `<ns>:{c:<tenant><conversation>}:lease` | string | `<serving>:<through>:<start>`: the seq lease (see [`lease`]) |
 //! | `<ns>:{c:<tenant><conversation>}:leasetoken` | string | the token of a revalidation in progress (Redis TTL) |
 //! | `<ns>:{c:<tenant><conversation>}:claims` | HASH | `<sender><client id>` → `<seq>:<claimed_at>`: the seq each recent request key was issued |
 //! | `<ns>:{c:<tenant><conversation>}:claimtimes` | ZSET | the same claims by claimed_at ms (pruned after the auxiliary TTL) |
@@ -295,7 +295,7 @@ impl RedisMessageStore {
         self.keys.lower_bound(tenant, conversation)
     }
 
-    /// The seq lease of a conversation (`<run_id>:<through>`; see [`lease`]).
+    /// The seq lease of a conversation (`<serving>:<through>:<start>`; see [`lease`]).
     #[doc(hidden)]
     pub fn lease_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
         self.keys.lease(tenant, conversation)

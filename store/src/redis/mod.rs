@@ -20,6 +20,7 @@ pub use message::{RecentRecords, RedisMessageStore, RestoreReport, SeqLeases, Tr
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
 
 use crate::error::StoreError;
 
@@ -52,6 +53,15 @@ impl RedisConfig {
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one connection attempt may take.
 pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `scripts/serving_prelude.lua`: `serving()`, the copy of the data a script runs on.
+const SERVING_PRELUDE: &str = include_str!("scripts/serving_prelude.lua");
+
+/// A script whose `body` may call `serving()` (see `scripts/serving_prelude.lua`): what a
+/// lease, a member cache or a shard's incarnation is stamped with, and checked against.
+pub(crate) fn serving_script(body: &str) -> Script {
+    Script::new(&[SERVING_PRELUDE, body].concat())
+}
 
 /// Opens a self-reconnecting connection (multiplexed: many commands in flight at once).
 pub async fn connect(config: &RedisConfig) -> Result<ConnectionManager, StoreError> {

@@ -56,8 +56,9 @@ impl Keys {
         self.conversation(tenant, conversation, "archived")
     }
 
-    /// The conversation's seq lease: `<run_id>:<through>`, the Redis process it is valid in and
-    /// the highest seq it may issue (the durable high-water mark is at least that).
+    /// The conversation's seq lease: `<serving>:<through>:<start>`, the copy of the data it is
+    /// valid in, the highest seq it may issue (the durable high-water mark is at least that) and
+    /// the counter it was installed at.
     pub(super) fn lease(&self, tenant: TenantId, conversation: ConversationId) -> String {
         self.conversation(tenant, conversation, "lease")
     }

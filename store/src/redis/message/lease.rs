@@ -5,13 +5,16 @@
 //!
 //! Every seq Redis issues in a conversation is at or below the conversation's durable
 //! high-water mark ([`SeqHighWater`], outside Redis, no TTL, only moving up), and only the
-//! Redis process the mark names as its holder issues above the mark's previous value. Redis
-//! holds a *lease*: `<run_id>:<through>:<start>`, the Redis process it was installed in, the
-//! highest seq it may issue and the counter it was installed at. The mark is moved to `through`
-//! *before* the lease is installed, so the rule holds whatever Redis later loses. Allocation
-//! (`message_allocate_seq.lua`) issues only within a lease that names the Redis process now
-//! serving and whose counter exists; anything else (a flush, a restart, a restore of an older
-//! snapshot, a failover to a replica that missed writes, deleted keys) makes the lease invalid
+//! copy of Redis data the mark names as its holder issues above the mark's previous value.
+//! Redis holds a *lease*: `<serving>:<through>:<start>`, the copy of the data it was installed
+//! in (`serving_prelude.lua`: the process's run_id and replication id, so a restart, a
+//! promotion or a resync from another server each make a new copy), the highest seq it may
+//! issue and the counter it was installed at. The mark is moved to `through` *before* the lease
+//! is installed, so the rule holds whatever Redis later loses. Allocation
+//! (`message_allocate_seq.lua`) issues only within a lease that names the copy now served and
+//! whose counter exists; anything else (a flush, a restart, a restore of an older snapshot, a
+//! failover to a replica that missed writes, a failed-over master that resynced and was
+//! promoted again, deleted keys) makes the lease invalid
 //! for that conversation alone, and its next send revalidates it. Other conversations keep
 //! their leases and go on.
 //!
@@ -47,8 +50,10 @@
 //!    none is issued twice. The seqs between the last one a client saw and `D` stay holes (at
 //!    most a block per loss; counted as `qim_store_seq_lease_skipped_total`).
 //!
-//! Steps 2–3 touch only the durable stores; when one fails the token is given back, and the
-//! next send starts again. Two revalidations of one conversation in one Redis process never
+//! Steps 2–3 touch only the durable stores; when one fails (or the whole revalidation takes
+//! longer than 30 s) the token is given back, and the next send starts again. The token lives
+//! 6 s in Redis and is renewed while the revalidation runs, so one whose process died blocks
+//! its conversation for seconds. Two revalidations of one conversation in one Redis process never
 //! overlap: the second caller waits for the token (`wait`), then allocates under the new lease.
 
 use std::collections::HashSet;
@@ -81,6 +86,10 @@ const TOKEN_MILLIS: u64 = 6_000;
 
 /// How often a revalidation under way renews its token (well within [`TOKEN_MILLIS`]).
 const TOKEN_KEEP_EVERY: Duration = Duration::from_secs(2);
+
+/// The longest one revalidation may hold its token (a hung read of the archive or the topic
+/// gives the conversation back instead of blocking it; the next send starts again).
+const REVALIDATION_DEADLINE: Duration = Duration::from_secs(30);
 
 /// How many times one reserve waits for another caller's revalidation (20 ms, doubling up to
 /// 500 ms: about a minute; a long restore renews its token meanwhile) before it answers
@@ -139,7 +148,8 @@ impl SeqLeases {
     }
 }
 
-/// A lease as an allocation saw it: its end, and the Redis process (run id) it is valid in.
+/// A lease as an allocation saw it: its end, and the copy of the data it is valid in (`run`:
+/// what `serving()` answered, see `serving_prelude.lua`).
 #[derive(Clone, Debug)]
 pub(super) struct Held {
     pub through: u64,
@@ -152,7 +162,7 @@ pub(super) enum Allocation {
     Issued { seq: ConversationSeq, lease: Held, renew: bool },
     /// The lease is used up.
     Extend(Held),
-    /// The lease is invalid; the caller holds `token` (valid in Redis process `run`).
+    /// The lease is invalid; the caller holds `token` (valid in the copy of the data `run`).
     Revalidate { counter: u64, floor: u64, token: String, run: String },
     /// Another caller revalidates.
     Wait,
@@ -281,7 +291,20 @@ impl RedisMessageStore {
             }
             Allocation::Revalidate { counter, floor, token, run } => {
                 let revalidation = self.revalidate(tenant, conversation, counter.max(floor), &token, &run);
-                let result = self.keeping_token(tenant, conversation, &token, revalidation).await;
+                let result = match tokio::time::timeout(
+                    REVALIDATION_DEADLINE,
+                    self.keeping_token(tenant, conversation, &token, revalidation),
+                )
+                .await
+                {
+                    Ok(result) => result,
+                    Err(_) => Err(StoreError::Unavailable {
+                        message: format!(
+                            "conversation {conversation}: revalidating its seq lease took longer than {REVALIDATION_DEADLINE:?}"
+                        ),
+                        source: None,
+                    }),
+                };
                 if result.is_err() {
                     self.release_token(tenant, conversation, &token).await;
                 }
@@ -322,7 +345,7 @@ impl RedisMessageStore {
         };
         let end = match leases.high_water.advance_high_water(tenant, conversation, &from, &to).await? {
             None => to.through,
-            // Extended further by this Redis process already (another writer, or an extension
+            // Extended further in this copy of the data already (another writer, or an extension
             // whose install failed): nobody else issued up to there.
             Some(now) if now.holder == lease.run && now.through > from.through => now.through,
             Some(now) => {
@@ -342,8 +365,8 @@ impl RedisMessageStore {
         self.install(tenant, conversation, &["extend", &end.0.to_string(), &lease.run]).await.map(drop)
     }
 
-    /// Steps 2–4 of a revalidation (see the module docs), holding `token` in Redis process
-    /// `run`; `seen`: the highest seq the allocation saw Redis hold (counter or history).
+    /// Steps 2–4 of a revalidation (see the module docs), holding `token` in the copy of the
+    /// data `run`; `seen`: the highest seq the allocation saw Redis hold (counter or history).
     async fn revalidate(
         &self,
         tenant: TenantId,
@@ -361,7 +384,7 @@ impl RedisMessageStore {
         let known = seen.max(restored.as_ref().map_or(0, |r| r.highest_seq));
         let mut races = 0;
         let target = loop {
-            let start = mark.through.0.max(seen);
+            let start = mark.through.0.max(known);
             let to = HighWater {
                 through: ConversationSeq(checked_end(conversation, start, leases.block)?),
                 holder: run.to_owned(),
@@ -386,6 +409,7 @@ impl RedisMessageStore {
         let (outcome, rest) = self.install(tenant, conversation, &args).await?;
         if outcome != "ok" {
             tracing::info!(%conversation, reason = ?text(rest.first()), "seq lease revalidation raced; allocating again");
+            self.release_token(tenant, conversation, token).await;
             return Ok(());
         }
         let installed_at = reply_number("message_lease_install", rest.first())?;

@@ -11,11 +11,16 @@ use redis::aio::ConnectionManager;
 use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{StoreError, StoreResult};
+use crate::redis::serving_script;
 
-/// A script that reads seq leases: `lease_prelude.lua` (their format and parsing) in front of it.
+/// A script that reads seq leases: `lease_prelude.lua` (their format and parsing) in front of
+/// it, behind the serving prelude ([`serving_script`]).
 macro_rules! leased {
     ($file:literal) => {
-        Script::new(concat!(include_str!("../scripts/lease_prelude.lua"), include_str!(concat!("../scripts/", $file))))
+        serving_script(concat!(
+            include_str!("../scripts/lease_prelude.lua"),
+            include_str!(concat!("../scripts/", $file))
+        ))
     };
 }
 

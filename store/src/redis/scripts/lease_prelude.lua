@@ -1,17 +1,8 @@
 -- Shared by the scripts that read a conversation's seq lease: put in front of each when it is
--- loaded (scripts.rs). A lease is '<run_id>:<through>:<start>': the Redis process it was
--- installed in, the highest seq it may issue, and the counter it was installed at (every seq
--- above `start` and at most the counter was issued under it).
-
--- The Redis process now serving (asked once per script run, and only when needed): a lease is
--- valid only in the process it was installed in.
-local serving_run = nil
-local function run()
-  if not serving_run then
-    serving_run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-  end
-  return serving_run
-end
+-- loaded (scripts.rs), after serving_prelude.lua. A lease is '<serving>:<through>:<start>': the
+-- copy of the data it was installed in (`serving()`), the highest seq it may issue, and the
+-- counter it was installed at (every seq above `start` and at most the counter was issued
+-- under it).
 
 -- The number `key` holds (0 when absent), whether the key exists, and a 'corrupt' reply when it
 -- holds something else.
@@ -27,7 +18,7 @@ local function number(key, what)
   return n, true
 end
 
--- The lease at `key` when it is valid here (it names the Redis process now serving, and the
+-- The lease at `key` when it is valid here (it names the copy of the data now served, and the
 -- counter exists: `has_counter`): its end and its start. Nothing when it is missing or not
 -- valid here; nil, nil and a 'corrupt' reply when it is malformed.
 local function valid_lease(key, has_counter)
@@ -43,7 +34,7 @@ local function valid_lease(key, has_counter)
     end
     return nil, nil, {'corrupt', 'lease ' .. raw .. ' is malformed'}
   end
-  if owner ~= run() or not has_counter then
+  if owner ~= serving() or not has_counter then
     return nil
   end
   return tonumber(through), tonumber(start)
@@ -51,7 +42,7 @@ end
 
 -- The lease value for this process.
 local function lease_value(through, start)
-  return run() .. ':' .. string.format('%d', through) .. ':' .. string.format('%d', start)
+  return serving() .. ':' .. string.format('%d', through) .. ':' .. string.format('%d', start)
 end
 
 -- (Allocation and installation, whose KEYS[4..6] are the history index, the hot-tier lower

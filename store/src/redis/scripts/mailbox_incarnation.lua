@@ -1,12 +1,12 @@
--- A shard's incarnation in this Redis: '<run_id>:<nonce>', made anew whenever the marker is gone
--- (a flush, lost keys) or names another Redis process (a restart, a failover, a restore), so it
+-- A shard's incarnation in this Redis: '<serving>:<nonce>', made anew whenever the marker is gone
+-- (a flush, lost keys) or names another copy of the data (a restart, a failover, a restore), so it
 -- changes whenever Redis may have lost or rolled back the shard's state.
 --
 -- KEYS[1]  the marker   <ns>:{d:<shard>}:incarnation
 -- ARGV[1]  a fresh nonce, used if the marker must be made anew
 --
 -- Reply: the incarnation in force
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local run = serving()
 local marker = redis.call('GET', KEYS[1])
 if marker and string.sub(marker, 1, #run + 1) == run .. ':' then
   return marker

@@ -1,15 +1,15 @@
 -- Answers a membership question from a conversation's cached member set, when the cache is
--- valid: filled from the durable membership table by the Redis process now serving (its
--- run_id), and not expired. Otherwise says so, with the cache's generation, which a fill must
+-- valid: filled from the durable membership table in the copy of the data now served
+-- (`serving()`), and not expired. Otherwise says so, with the cache's generation, which a fill must
 -- still find unchanged (see membership_cache.rs).
 --
 -- KEYS[1]  the cached members   <ns>:{c:<tenant><conv>}:members   ZSET, member = 16-byte user id, score 0
--- KEYS[2]  the cache marker     <ns>:{c:<tenant><conv>}:memberscached   '<run_id>' (Redis TTL)
+-- KEYS[2]  the cache marker     <ns>:{c:<tenant><conv>}:memberscached   '<serving>' (Redis TTL)
 -- KEYS[3]  the generation       <ns>:{c:<tenant><conv>}:membersgen      INCR on every change
 -- ARGV[1]  'is_member' (ARGV[2] the user) or 'page' (ARGV[2] '' or the exclusive cursor, ARGV[3] the limit)
 --
 -- Replies: {'hit', 1|0} | {'hit', member, member, ...} | {'miss', generation}
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local run = serving()
 if redis.call('GET', KEYS[2]) ~= run then
   return {'miss', redis.call('GET', KEYS[3]) or '0'}
 end

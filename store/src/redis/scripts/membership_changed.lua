@@ -3,14 +3,14 @@
 -- read the durable table before the change can not land after it.
 --
 -- KEYS[1]  the cached members   ZSET
--- KEYS[2]  the cache marker     '<run_id>'
+-- KEYS[2]  the cache marker     '<serving>'
 -- KEYS[3]  the generation
 -- ARGV[1]  'add' or 'remove'
 -- ARGV[2..] the users (16-byte ids)
 --
 -- Reply: {'ok'}
 redis.call('INCR', KEYS[3])
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local run = serving()
 if redis.call('GET', KEYS[2]) ~= run then
   redis.call('DEL', KEYS[1], KEYS[2])
   return {'ok'}

@@ -4,7 +4,7 @@
 -- parts never mix: the later one's first part takes the fill over).
 --
 -- KEYS[1]  the cached members   ZSET
--- KEYS[2]  the cache marker     '<run_id>'
+-- KEYS[2]  the cache marker     '<serving>'
 -- KEYS[3]  the generation
 -- KEYS[4]  the fill under way   '<fill id>' (TTL: the marker's)
 -- ARGV[1]  the generation the reader saw (before it read the durable table)
@@ -38,7 +38,7 @@ for i = 5, #ARGV, 500 do
 end
 if part == 'last' or part == 'only' then
   redis.call('DEL', KEYS[4])
-  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local run = serving()
   redis.call('SET', KEYS[2], run, 'PX', ARGV[3])
   if redis.call('EXISTS', KEYS[1]) == 1 then
     redis.call('PEXPIRE', KEYS[1], ARGV[3])

@@ -6,7 +6,7 @@
 -- instead of a new one, so retries leave no holes.
 --
 -- KEYS[1]  the seq counter           <ns>:{c:<tenant><conv>}:seq
--- KEYS[2]  the lease                 <ns>:{c:<tenant><conv>}:lease       '<run_id>:<through>:<start>'
+-- KEYS[2]  the lease                 <ns>:{c:<tenant><conv>}:lease       '<serving>:<through>:<start>'
 -- KEYS[3]  the revalidation token    <ns>:{c:<tenant><conv>}:leasetoken
 -- KEYS[4]  the history index         <ns>:{c:<tenant><conv>}:idx
 -- KEYS[5]  the hot-tier lower bound  <ns>:{c:<tenant><conv>}:lowbound
@@ -23,11 +23,12 @@
 -- Replies:
 --   {'ok', seq, renew, through, run}
 --                               the seq (a new one, or the claim's again), the lease's end and
---                               the Redis process it is valid in; renew 1: extend it soon
+--                               the copy of the data it is valid in (`serving()`); renew 1:
+--                               extend it soon
 --   {'extend', through, counter, run}
 --                               the lease is used up: move the durable mark, then extend it
 --   {'revalidate', counter, floor, token, run}
---                               the lease is missing or names another Redis process (restart,
+--                               the lease is missing or names another copy of the data (restart,
 --                               failover, restore, flush) or the counter is gone: counters may
 --                               have rolled back. The caller now holds `token` and must restore,
 --                               read the durable mark and install a lease above it.
@@ -49,7 +50,7 @@ if not through then
   -- Claims made under a lost lease may name seqs Redis no longer remembers: the revalidation
   -- restores the claims of durable records instead.
   redis.call('DEL', KEYS[7], KEYS[8])
-  return {'revalidate', string.format('%d', counter), string.format('%d', floor), ARGV[4], run()}
+  return {'revalidate', string.format('%d', counter), string.format('%d', floor), ARGV[4], serving()}
 end
 
 local now = tonumber(ARGV[2])
@@ -66,7 +67,7 @@ if claim then
     return {'corrupt', 'claim ' .. claim .. ' is malformed'}
   end
   if tonumber(at) + life > now then
-    return {'ok', seq, 0, string.format('%d', through), run()}
+    return {'ok', seq, 0, string.format('%d', through), serving()}
   end
 end
 -- Never issue at or below what the conversation visibly holds.
@@ -74,7 +75,7 @@ if counter < floor then
   counter = floor
 end
 if counter + 1 > through then
-  return {'extend', string.format('%d', through), string.format('%d', counter), run()}
+  return {'extend', string.format('%d', through), string.format('%d', counter), serving()}
 end
 local seq = string.format('%d', counter + 1)
 redis.call('SET', KEYS[1], seq)
@@ -87,4 +88,4 @@ local renew = 0
 if through - (counter + 1) <= tonumber(ARGV[6]) then
   renew = 1
 end
-return {'ok', seq, renew, string.format('%d', through), run()}
+return {'ok', seq, renew, string.format('%d', through), serving()}

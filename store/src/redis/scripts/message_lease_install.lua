@@ -1,9 +1,9 @@
 -- Installs, extends or gives up a conversation's seq lease (DESIGN invariant 7; "Seq leases" in
--- lease.rs). The durable high-water mark was moved first, naming this Redis process (ARGV[3]) as
+-- lease.rs). The durable high-water mark was moved first, naming this copy of the data (ARGV[3]) as
 -- its holder.
 --
 -- KEYS[1]  the seq counter           <ns>:{c:<tenant><conv>}:seq
--- KEYS[2]  the lease                 <ns>:{c:<tenant><conv>}:lease       '<run_id>:<through>:<start>'
+-- KEYS[2]  the lease                 <ns>:{c:<tenant><conv>}:lease       '<serving>:<through>:<start>'
 -- KEYS[3]  the revalidation token    <ns>:{c:<tenant><conv>}:leasetoken
 -- KEYS[4]  the history index         <ns>:{c:<tenant><conv>}:idx
 -- KEYS[5]  the hot-tier lower bound  <ns>:{c:<tenant><conv>}:lowbound
@@ -42,8 +42,8 @@ if mode == 'keep' then
   end
   return {'ok', '0', '0'}
 end
-if ARGV[3] ~= run() then
-  return {'retry', 'the mark names another redis process than the one now serving'}
+if ARGV[3] ~= serving() then
+  return {'retry', 'the mark names another copy of the data than the one now served'}
 end
 local target = tonumber(ARGV[2])
 local counter, has_counter, bad = number(KEYS[1], 'seq counter')

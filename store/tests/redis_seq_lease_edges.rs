@@ -1,9 +1,13 @@
-//! The revalidation token of a conversation's seq lease: a revalidation that dies half-way (its
-//! writer killed) blocks the conversation only for the token's short life, and one that takes
-//! longer than that life keeps its token, so no second revalidation runs beside it.
+//! Seq leases at their edges, each test on private `redis-server`s: the revalidation token (a
+//! revalidation that dies half-way, its writer killed, blocks the conversation only for the
+//! token's short life; one that takes longer than that life keeps its token, so no second
+//! revalidation runs beside it), and a failed-over master that gets an older copy of its own
+//! lease back by resyncing from the new master.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
 
 use async_trait::async_trait;
 use qim_store::error::StoreResult;
@@ -87,4 +91,61 @@ async fn a_revalidation_slower_than_its_token_life_keeps_the_token() {
     // Had the token lapsed, the second send would have revalidated beside the first and been
     // issued seq 1 first.
     assert_eq!((first, second), (1, 2), "the second send waited for the slow revalidation's lease");
+}
+
+async fn raw(redis: &PrivateRedis) -> MultiplexedConnection {
+    let client = redis::Client::open(redis.url()).expect("url");
+    client.get_multiplexed_async_connection().await.expect("private redis answers")
+}
+
+/// Makes `replica` a replica of `master` and waits until it holds everything `master` holds.
+async fn replicate(replica: &PrivateRedis, master: &PrivateRedis) {
+    let url = redis::parse_redis_url(&master.url()).expect("a redis url");
+    let port = url.port().expect("a port").to_string();
+    let mut r = raw(replica).await;
+    redis::cmd("REPLICAOF").arg("127.0.0.1").arg(&port).query_async::<()>(&mut r).await.expect("replicaof");
+    let mut m = raw(master).await;
+    for _ in 0..200 {
+        let info: String = redis::cmd("INFO").arg("replication").query_async(&mut r).await.expect("info");
+        if info.contains("master_link_status:up") {
+            let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query_async(&mut m).await.expect("wait");
+            assert_eq!(acked, 1, "the replica acknowledged every write");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the replica never caught up with its master");
+}
+
+/// What a failover does to `replica`: it stops replicating and takes writes.
+async fn promote(replica: &PrivateRedis) {
+    redis::cmd("REPLICAOF").arg("NO").arg("ONE").query_async::<()>(&mut raw(replica).await).await.expect("promote");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_over_master_that_resynced_an_older_copy_never_reissues_a_seq() {
+    let (p, q) = (PrivateRedis::start(), PrivateRedis::start());
+    let marks = Arc::new(MemorySeqHighWater::default());
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let on_p = open(&p, marks.clone()).await;
+    for i in 1..=10 {
+        assert_eq!(send(&on_p, t, conv, &format!("a{i}")).await, i);
+    }
+    replicate(&q, &p).await;
+    // The failover: q takes over with seqs 1–10, while p, not knowing, goes on issuing (above
+    // 64: p's replication id changed when q first attached, which made p revalidate).
+    promote(&q).await;
+    let mut issued: Vec<u64> = Vec::new();
+    for i in 1..=10 {
+        issued.push(send(&on_p, t, conv, &format!("b{i}")).await);
+    }
+    let highest = *issued.last().expect("ten seqs");
+    assert!(issued[0] > 10 && highest == issued[0] + 9, "contiguous above the first ten: {issued:?}");
+    // The failback: p resyncs from q (p's own lease of those seqs comes back, with the counter
+    // at 10, in the same process) and is promoted again.
+    replicate(&p, &q).await;
+    promote(&p).await;
+    let on_p = open(&p, marks).await;
+    let next = send(&on_p, t, conv, "c1").await;
+    assert!(next > highest, "seq {next} was issued before the failback (up to {highest})");
 }

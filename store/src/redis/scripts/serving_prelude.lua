@@ -1,0 +1,20 @@
+-- Put in front of every script that asks which copy of the data it runs on (mod.rs,
+-- `serving_script`). The answer is the Redis process's run_id (new at every start) followed by
+-- its replication id (new at every promotion of a replica, and taken over from the master by a
+-- full resync). Whenever the data under a script may have been replaced by another copy (a
+-- restart that loaded an older file, a failover to a replica that missed writes, a failed-over
+-- master that resynced from the new one and was promoted again) the answer changes, so
+-- anything stamped with the old answer (a seq lease, a member cache, a shard's incarnation)
+-- stops being trusted. It changes at other times too (a replica promoted with nothing lost, a
+-- master's first replica attaching), which costs a revalidation, never safety.
+
+local serving_copy = nil
+local function serving()
+  if not serving_copy then
+    local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+    local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+    serving_copy = run_id .. replid
+  end
+  return serving_copy
+end
+
