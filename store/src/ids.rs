@@ -24,22 +24,18 @@ macro_rules! id16 {
                     .map_err(|_| IdError { what: stringify!($name), len: bytes.len() })
             }
 
-            /// Parses 32 hexadecimal digits.
+            /// Parses exactly 32 hexadecimal digits (either case; nothing else, no sign or
+            /// prefix).
             pub fn from_hex(text: &str) -> Result<Self, IdError> {
-                let bad = || IdError { what: stringify!($name), len: text.len() / 2 };
-                if text.len() != 32 || !text.is_ascii() {
-                    return Err(bad());
-                }
                 let mut out = [0u8; 16];
-                for (i, byte) in out.iter_mut().enumerate() {
-                    *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-                }
+                hex::decode_to_slice(text, &mut out)
+                    .map_err(|_| IdError { what: stringify!($name), len: text.len() / 2 })?;
                 Ok(Self(out))
             }
 
             /// 32 lowercase hexadecimal digits.
             pub fn to_hex(&self) -> String {
-                self.0.iter().map(|b| format!("{b:02x}")).collect()
+                hex::encode(self.0)
             }
         }
 
@@ -173,3 +169,26 @@ impl UnixMillis {
 
 /// Milliseconds in one day.
 pub const MILLIS_PER_DAY: i64 = 86_400_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_exactly_32_hex_digits() {
+        let id = TenantId::from_hex("00112233445566778899AABBCCDDEEFF").expect("upper case is hex");
+        assert_eq!(id.to_hex(), "00112233445566778899aabbccddeeff");
+        for bad in [
+            "+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1",
+            "-f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f",
+            "0x112233445566778899aabbccddeeff",
+            " 0112233445566778899aabbccddeeff",
+            "0011",
+            "",
+            "00112233445566778899aabbccddeeffé",
+        ] {
+            let err = TenantId::from_hex(bad).expect_err(bad);
+            assert_eq!(err.what, "TenantId", "{bad:?}");
+        }
+    }
+}

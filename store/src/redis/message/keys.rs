@@ -179,12 +179,11 @@ pub(super) fn expiry_member(tenant: TenantId, conversation: ConversationId, seq:
 }
 
 /// Appends `bytes` as lowercase hex, the same text as the ids' `to_hex` (key names are on the
-/// hot path: no allocation per byte).
+/// hot path: encoded on the stack, no allocation).
 fn push_hex(out: &mut String, bytes: &[u8; 16]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    let mut digits = [0u8; 32];
+    if hex::encode_to_slice(bytes, &mut digits).is_ok() {
+        out.extend(digits.iter().map(|d| char::from(*d)));
     }
 }
 

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
@@ -151,9 +152,9 @@ pub async fn raw_loop(
 fn send_body(n: u64, conversations: usize, payload: &str) -> serde_json::Value {
     let mut conversation = [0u8; 16];
     conversation[12..].copy_from_slice(&((n % conversations as u64) as u32).to_be_bytes());
-    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     serde_json::json!({
-        "tenant": hex(&[9; 16]), "conversation": hex(&conversation), "sender": hex(&[7; 16]),
+        "tenant": TenantId([9; 16]).to_hex(), "conversation": ConversationId(conversation).to_hex(),
+        "sender": UserId([7; 16]).to_hex(),
         "client_message_id": format!("bench-{n}"), "body": payload,
     })
 }
