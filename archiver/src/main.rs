@@ -8,7 +8,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const USAGE: &str = "usage: qim-archiver <run|replay|migrate|check-config|help>
   run           consume qim.messages.v1 into the archive (the default)
-  replay ...    re-apply the topic: --from earliest | --from-time <RFC 3339 UTC or ms> | --offsets p:o[,p:o]
+  replay ...    re-apply the topic: --from earliest | --from-time <RFC 3339 time or ms> | --offsets p:o[,p:o]
   migrate       create or verify the Scylla keyspace and tables
   check-config  validate the QIM_* environment without connecting";
 

@@ -63,41 +63,21 @@ impl Start {
                 })
                 .collect::<Result<Vec<_>, String>>()
                 .map(Start::Offsets),
-            _ => Err("usage: qim-archiver replay --from earliest | --from-time <RFC 3339 UTC or ms> | --offsets p:o[,p:o...]"
+            _ => Err("usage: qim-archiver replay --from earliest | --from-time <RFC 3339 time or ms> | --offsets p:o[,p:o...]"
                 .to_owned()),
         }
     }
 }
 
-/// Milliseconds since the epoch, or `YYYY-MM-DDTHH:MM:SS[.fff]Z`.
+/// Milliseconds since the epoch, or an RFC 3339 timestamp (`2026-11-30T12:00:00Z`, any offset,
+/// any fraction of a second; read to the millisecond).
 pub fn parse_time(text: &str) -> Result<i64, String> {
     if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
     }
-    let bad = || format!("{text:?} is neither milliseconds nor YYYY-MM-DDTHH:MM:SS[.fff]Z");
-    let body = text.strip_suffix('Z').ok_or_else(bad)?;
-    let (date, time) = body.split_once('T').ok_or_else(bad)?;
-    let num = |s: &str| s.parse::<i64>().map_err(|_| bad());
-    let d: Vec<&str> = date.split('-').collect();
-    let (clock, fraction) = time.split_once('.').unwrap_or((time, "0"));
-    let t: Vec<&str> = clock.split(':').collect();
-    if d.len() != 3 || t.len() != 3 || fraction.is_empty() || fraction.len() > 3 {
-        return Err(bad());
-    }
-    let (y, m, day) = (num(d[0])?, num(d[1])?, num(d[2])?);
-    let (hh, mm, ss) = (num(t[0])?, num(t[1])?, num(t[2])?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
-        return Err(bad());
-    }
-    let millis = num(fraction)? * 10i64.pow(3 - fraction.len() as u32);
-    // Days from the civil date (proleptic Gregorian), Howard Hinnant's algorithm.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Ok(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + millis)
+    text.parse::<jiff::Timestamp>().map(|t| t.as_millisecond()).map_err(|e| {
+        format!("{text:?} is neither milliseconds nor an RFC 3339 timestamp such as 2026-11-30T12:00:00Z: {e}")
+    })
 }
 
 /// What a replay did.
@@ -275,7 +255,9 @@ mod tests {
         assert_eq!(parse_time("1970-01-01T00:00:00Z"), Ok(0));
         assert_eq!(parse_time("2023-11-14T22:13:20Z"), Ok(1_700_000_000_000));
         assert_eq!(parse_time("2000-02-29T12:00:00.5Z"), Ok(951_825_600_500));
+        assert_eq!(parse_time("2023-11-15T00:13:20+02:00"), Ok(1_700_000_000_000));
         assert!(parse_time("2023-13-01T00:00:00Z").is_err());
         assert!(parse_time("yesterday").is_err());
+        assert!(parse_time("2023-11-14T22:13:20").is_err(), "a time without an offset is ambiguous");
     }
 }
