@@ -2,6 +2,7 @@
 pub mod checker;
 pub mod compose;
 pub mod faults;
+pub mod latency;
 pub mod services;
 pub mod stack;
 pub mod workload;

@@ -37,6 +37,7 @@ mod writer;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use qim_tests::latency::Latencies;
 
 /// The services' allocator (mimalloc), so the services it runs in process are measured as they run.
 #[global_allocator]
@@ -120,9 +121,10 @@ pub struct Measurement {
 
 impl Measurement {
     /// Summarises per-operation latencies over the wall time they took.
-    pub fn new(mut latencies: Vec<Duration>, wall: Duration) -> Self {
+    pub fn new(latencies: &[Duration], wall: Duration) -> Self {
         let per_second = latencies.len() as f64 / wall.as_secs_f64();
-        Self { per_second, p50: percentile(&mut latencies, 0.50), p99: percentile(&mut latencies, 0.99) }
+        let (p50, p99) = Latencies::of(latencies).p50_p99();
+        Self { per_second, p50, p99 }
     }
 }
 
@@ -153,17 +155,7 @@ where
     for task in tasks {
         latencies.extend(task.await??);
     }
-    Ok(Measurement::new(latencies, start.elapsed()))
-}
-
-/// The `q`-quantile (nearest rank) of `values`; zero when empty.
-pub fn percentile(values: &mut [Duration], q: f64) -> Duration {
-    if values.is_empty() {
-        return Duration::ZERO;
-    }
-    values.sort_unstable();
-    let rank = ((values.len() as f64 * q).ceil() as usize).clamp(1, values.len());
-    values[rank - 1]
+    Ok(Measurement::new(&latencies, start.elapsed()))
 }
 
 /// Milliseconds, for printing.

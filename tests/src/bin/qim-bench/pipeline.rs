@@ -29,7 +29,7 @@ use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
 use super::cpu::{self, Sample};
-use super::{drive, ms, percentile, Args, Measurement};
+use super::{drive, ms, Args, Measurement};
 
 /// Members of the two group conversations the workload has besides its 1:1 conversations.
 pub const GROUPS: [usize; 2] = [20, 200];
@@ -161,12 +161,7 @@ async fn pipeline(args: &Args, bins: &ServiceBinaries, env: &PipelineEnv, plan: 
     let report = workload::run(p.writer.base_url(), None, plan, args.concurrency, false).await?;
     cpu.insert("writer", Sample::take(&processes(&mut p)).since(&before));
     phase_seconds.insert("writer", began.elapsed().as_secs_f64());
-    let mut latencies = report.latencies.clone();
-    let writer = Measurement {
-        per_second: report.acks.len() as f64 / report.wall.as_secs_f64(),
-        p50: percentile(&mut latencies, 0.50),
-        p99: percentile(&mut latencies, 0.99),
-    };
+    let writer = Measurement::new(&report.latencies, report.wall);
     let in_topic = consumer_group_lag(&env.kafka_brokers, &env.archiver_group, &env.messages_topic).await?.end;
 
     let (before, began) = (Sample::take(&processes(&mut p)), Instant::now());

@@ -30,7 +30,9 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use super::{ms, percentile, Args};
+use qim_tests::latency::Latencies;
+
+use super::{ms, Args};
 
 /// Conversations sent to after the restart.
 const SAMPLE: usize = 100;
@@ -133,7 +135,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let first = send(0).await?;
     let since_start = starting.elapsed();
     let sending = Instant::now();
-    let mut latencies: Vec<Duration> = futures_util::stream::iter(1..targets.len())
+    let latencies: Vec<Duration> = futures_util::stream::iter(1..targets.len())
         .map(send)
         .buffer_unordered(32)
         .collect::<Vec<_>>()
@@ -158,7 +160,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let conn = qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: "qim".into() }).await?;
     super::redis::cleanup(conn, &namespace).await?;
 
-    let (p50, p99) = (percentile(&mut latencies, 0.5), percentile(&mut latencies, 0.99));
+    let (p50, p99) = Latencies::of(&latencies).p50_p99();
     println!(
         "restart after a Redis loss: {} records on the topic over {conversations} conversations (filled in {:.1} s), \
          {} unarchived, {} per sampled conversation archived",

@@ -196,7 +196,7 @@ async fn writer_paced(args: &Args, url: &str, rate: f64, first: u64) -> anyhow::
     for t in tasks {
         latencies.push(t.await??);
     }
-    Ok(Measurement::new(latencies, start.elapsed()))
+    Ok(Measurement::new(&latencies, start.elapsed()))
 }
 
 /// Interleaved rounds of the paths (`--count` sends each, split among the rounds), so load from

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use qim_tests::checker::{Observed, Verdict};
+use qim_tests::latency::Latencies;
 use qim_tests::services::{metric_values, Pipeline, ServiceKind};
 use qim_tests::workload::Report;
 
@@ -67,13 +68,6 @@ pub struct Summary<'a> {
     pub verdict: &'a Verdict,
 }
 
-fn percentile(sorted: &[Duration], q: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
-}
-
 fn bound(b: Option<f64>) -> String {
     match b {
         Some(s) if s.is_finite() => format!("≤ {} ms", s * 1000.0),
@@ -85,8 +79,7 @@ fn bound(b: Option<f64>) -> String {
 /// Prints the summary a person reads at the end of the demo.
 pub fn print_summary(s: &Summary<'_>) {
     let r = s.report;
-    let mut lat = r.latencies.clone();
-    lat.sort();
+    let latencies = Latencies::of(&r.latencies);
     let secs = r.wall.as_secs_f64().max(1e-9);
     let c = &s.verdict.counts;
     println!("================ qim demo summary ================");
@@ -105,8 +98,8 @@ pub fn print_summary(s: &Summary<'_>) {
     );
     println!(
         "commit latency p50 {:.1} ms, p99 {:.1} ms (HTTP send answered at COMMITTED)",
-        percentile(&lat, 0.50).as_secs_f64() * 1000.0,
-        percentile(&lat, 0.99).as_secs_f64() * 1000.0
+        latencies.quantile(0.50).as_secs_f64() * 1000.0,
+        latencies.quantile(0.99).as_secs_f64() * 1000.0
     );
     let h = &s.metrics.archive_e2e;
     let mean = if h.count > 0.0 { h.sum / h.count * 1000.0 } else { 0.0 };
