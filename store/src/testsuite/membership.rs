@@ -6,6 +6,9 @@
 
 use std::sync::Arc;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
 use super::fixtures::*;
 use super::MembershipHarness;
 use crate::ids::{ConversationId, TenantId, UserId};
@@ -14,16 +17,14 @@ use crate::{
     MAX_MEMBERS_PER_CALL,
 };
 
-/// `n` distinct users whose byte order differs from `0..n` (a splitmix64 of the index fills
-/// the first eight bytes, the index the last eight), so a backend that returns insertion order
+/// `n` distinct users whose byte order differs from `0..n` (random bytes from `seed` fill the
+/// first eight bytes, the index the last eight), so a backend that returns insertion order
 /// instead of byte order fails.
 fn scattered_users(seed: u64, n: usize) -> Vec<UserId> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..n as u64)
         .map(|i| {
-            let mut z = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^= z >> 31;
+            let z: u64 = rng.random();
             let mut b = [0u8; 16];
             b[..8].copy_from_slice(&z.to_be_bytes());
             b[8..].copy_from_slice(&i.to_be_bytes());

@@ -1,5 +1,7 @@
 //! The deterministic shape of a workload: who talks where, what is sent, what is retried.
 
+use rand::{Rng as _, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 /// One conversation and its members (hex ids).
@@ -39,24 +41,22 @@ pub struct Plan {
     pub sends: Vec<PlannedSend>,
 }
 
-/// A small deterministic generator (SplitMix64), so a seed reproduces a workload.
-struct Rng(u64);
+/// The seeded generator of a plan, so a seed reproduces a workload.
+struct Rng(ChaCha8Rng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+    fn new(seed: u64) -> Self {
+        Self(ChaCha8Rng::seed_from_u64(seed))
     }
 
+    /// A random 16-byte id in hex.
     fn id(&mut self) -> String {
-        format!("{:016x}{:016x}", self.next(), self.next())
+        hex::encode(self.0.random::<[u8; 16]>())
     }
 
+    /// Uniform in `0..n` (0 when `n` is 0).
     fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
+        self.0.random_range(0..n.max(1))
     }
 }
 
@@ -65,7 +65,7 @@ impl Plan {
     /// `group_sizes`; one send in `retry_every` is retried; retention is 80% `default`, 10%
     /// `ephemeral_24h`, 10% `compliance_hold`. Groups get a fifth of the sends.
     pub fn generate(seed: u64, messages: usize, pairs: usize, group_sizes: &[usize], retry_every: usize) -> Self {
-        let mut rng = Rng(seed);
+        let mut rng = Rng::new(seed);
         let tenant = rng.id();
         let mut conversations = Vec::new();
         for _ in 0..pairs {
