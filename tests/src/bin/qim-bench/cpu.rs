@@ -1,9 +1,12 @@
-//! CPU time of whole processes from `/proc/<pid>/stat` (user + system), for the pipeline
-//! benchmark's CPU per message: the services it starts and the local stack's servers, whose pids
-//! the stack keeps in `$QIM_STACK_DIR/<server>/<server>.pid`.
+//! CPU time of whole processes (user + system, from `/proc` through `procfs`), for the
+//! benchmarks' CPU per operation: this process, the services they start and the local stack's
+//! servers, whose pids the stack keeps in `$QIM_STACK_DIR/<server>/<server>.pid`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+use procfs::process::Process;
+use procfs::Current;
 
 /// The stack's state directory (`QIM_STACK_DIR`, else `.stack` under the current directory,
 /// as `deploy/local/stack` uses).
@@ -24,25 +27,33 @@ pub fn stack_pids() -> Vec<(String, u32)> {
         .collect()
 }
 
-/// Clock ticks per second of `/proc` times (`getconf CLK_TCK`).
-fn ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
-}
-
 /// CPU seconds (user + system) process `pid` has used, or `None` when it is gone.
 pub fn process_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
-    let after = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok());
-    Some((ticks(14)? + ticks(15)?) / ticks_per_second())
+    seconds_of(&Process::new(i32::try_from(pid).ok()?).ok()?)
+}
+
+/// CPU seconds (user + system) this process has used (0 where `/proc` is missing).
+pub fn own_seconds() -> f64 {
+    Process::myself().ok().as_ref().and_then(seconds_of).unwrap_or(0.0)
+}
+
+fn seconds_of(process: &Process) -> Option<f64> {
+    let stat = process.stat().ok()?;
+    Some((stat.utime + stat.stime) as f64 / procfs::ticks_per_second() as f64)
+}
+
+/// The pid of the first process whose command line has the argument `arg` (the local stack's
+/// Kafka broker: `kafka.Kafka`).
+pub fn pid_with_argument(arg: &str) -> Option<u32> {
+    procfs::process::all_processes().ok()?.flatten().find_map(|p| {
+        let matches = p.cmdline().ok()?.iter().any(|a| a == arg);
+        matches.then(|| u32::try_from(p.pid).ok()).flatten()
+    })
+}
+
+/// This machine's memory in GiB (0 where `/proc` is missing).
+pub fn memory_gib() -> f64 {
+    procfs::Meminfo::current().map_or(0.0, |m| m.mem_total as f64 / f64::from(1u32 << 30))
 }
 
 /// CPU seconds per named process at one moment.

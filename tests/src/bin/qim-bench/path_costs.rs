@@ -1,7 +1,7 @@
 //! What each path of `qim-bench writer` cost over its rounds: rate, latency and CPU per send of
 //! this process, the Redis server and the Kafka broker.
 
-use super::{ms, Measurement};
+use super::{cpu, ms, Measurement};
 
 /// CPU seconds used so far by this process (the bench client *and* the in-process writer), the
 /// Redis server and the Kafka broker (when it runs on this machine).
@@ -17,11 +17,11 @@ pub struct Cpu {
 
 impl Cpu {
     /// The counters now.
-    pub async fn now(conn: &mut redis::aio::ConnectionManager, kafka_pid: Option<&str>) -> anyhow::Result<Self> {
+    pub async fn now(conn: &mut redis::aio::ConnectionManager, kafka_pid: Option<u32>) -> anyhow::Result<Self> {
         Ok(Self {
-            process: super::redis::process_cpu(),
+            process: cpu::own_seconds(),
             redis: super::redis::redis_cpu(conn).await?,
-            kafka: kafka_pid.and_then(super::redis::proc_cpu),
+            kafka: kafka_pid.and_then(cpu::process_seconds),
         })
     }
 
@@ -46,13 +46,8 @@ impl Cpu {
 }
 
 /// The Kafka broker's pid, when it runs on this machine (the local stack's `kafka.Kafka`).
-pub fn kafka_pid() -> Option<String> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let name = e.file_name().into_string().ok()?;
-        name.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        cmdline.split(|b| *b == 0).any(|arg| arg == b"kafka.Kafka").then_some(name)
-    })
+pub fn kafka_pid() -> Option<u32> {
+    cpu::pid_with_argument("kafka.Kafka")
 }
 
 /// What one path did over its rounds.

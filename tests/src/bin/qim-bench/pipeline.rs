@@ -299,11 +299,5 @@ fn report(args: &Args, env: &PipelineEnv, raw: &Raw, run: &Run) -> anyhow::Resul
 /// Cores and memory of this machine, from `/proc`.
 fn machine() -> serde_json::Value {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kib = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        .unwrap_or(0);
-    serde_json::json!({ "cores": cores, "memory_gib": mem_kib as f64 / 1_048_576.0 })
+    serde_json::json!({ "cores": cores, "memory_gib": cpu::memory_gib() })
 }

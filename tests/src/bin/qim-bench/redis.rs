@@ -170,21 +170,6 @@ struct Cost {
     trips: u64,
 }
 
-/// CPU seconds this process has used (user + system, from `/proc/self/stat`; 0 elsewhere).
-pub fn process_cpu() -> f64 {
-    proc_cpu("self").unwrap_or(0.0)
-}
-
-/// CPU seconds process `pid` (or `self`) has used: user + system from `/proc/<pid>/stat`.
-pub fn proc_cpu(pid: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesised command: state is field 3, utime 14, stime 15 (ticks).
-    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i - 3).and_then(|f| f.parse::<f64>().ok());
-    Some((ticks(14)? + ticks(15)?) / 100.0)
-}
-
 /// CPU seconds the Redis server has used (`used_cpu_user` + `used_cpu_sys`).
 pub async fn redis_cpu(conn: &mut redis::aio::ConnectionManager) -> anyhow::Result<f64> {
     let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
@@ -201,10 +186,14 @@ async fn costed<F: std::future::Future<Output = anyhow::Result<Measurement>>>(
     store: &RedisMessageStore,
     path: F,
 ) -> anyhow::Result<(Measurement, Cost)> {
-    let (cpu, server, trips) = (process_cpu(), redis_cpu(conn).await?, store.round_trips());
+    let (cpu, server, trips) = (super::cpu::own_seconds(), redis_cpu(conn).await?, store.round_trips());
     let m = path.await?;
     let (server_after, trips_after) = (redis_cpu(conn).await?, store.round_trips());
-    let cost = Cost { client_cpu: process_cpu() - cpu, redis_cpu: server_after - server, trips: trips_after - trips };
+    let cost = Cost {
+        client_cpu: super::cpu::own_seconds() - cpu,
+        redis_cpu: server_after - server,
+        trips: trips_after - trips,
+    };
     Ok((m, cost))
 }
 

@@ -308,7 +308,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         // a compaction) does not always fall on the same successor.
         for k in 0..PATHS.len() {
             let path = PATHS[(r as usize + k) % PATHS.len()];
-            let before = Cpu::now(&mut conn, kafka.as_deref()).await?;
+            let before = Cpu::now(&mut conn, kafka).await?;
             let (first, settled) = (r * per_round, (ROUNDS + r) * per_round);
             let m = match path {
                 Path::Raw => {
@@ -320,7 +320,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
                     raw_loop(&round, &raw_conn, &raw_producer, &topic, &raw_ns, settled, AfterDelivery::Settle).await?
                 }
             };
-            let cpu = Cpu::now(&mut conn, kafka.as_deref()).await?.since(before);
+            let cpu = Cpu::now(&mut conn, kafka).await?.since(before);
             totals[path as usize].add(per_round, &m, cpu);
         }
     }
