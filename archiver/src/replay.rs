@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
 use qim_store::clock::{Clock, SystemClock};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -213,17 +214,16 @@ pub async fn main(args: Vec<String>) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     qim_store::service::shutdown::cancel_on_signal(shutdown.clone());
     let began = Instant::now();
-    let mut last_print = Instant::now();
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("replay {wide_bar} {pos}/{len} records ({percent}%), {per_sec}, eta {eta}")
+            .map_err(anyhow::Error::msg)?,
+    );
     let summary = replay(&config, start, &shutdown, |done, total| {
-        if last_print.elapsed() >= Duration::from_millis(500) || done == total {
-            last_print = Instant::now();
-            let pct = if total == 0 { 100.0 } else { done as f64 * 100.0 / total as f64 };
-            let rate = done as f64 / began.elapsed().as_secs_f64().max(0.001);
-            eprint!("\rreplay: {done}/{total} records ({pct:5.1}%), {rate:.0}/s   ");
-        }
+        bar.set_length(total);
+        bar.set_position(done);
     })
     .await;
-    eprintln!();
+    bar.finish_and_clear();
     let summary = summary?;
     println!(
         "replayed {} records from {} partitions in {:.1} s: {} archived, {} poison (logged, not dead-lettered again)",

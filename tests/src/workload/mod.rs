@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 pub use plan::{Conversation, Plan, PlannedSend};
@@ -74,7 +75,7 @@ pub async fn run(
     let next = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let progress = (!quiet).then(|| tokio::spawn(show_progress(done.clone(), sends.len() as u64, started)));
+    let progress = (!quiet).then(|| tokio::spawn(show_progress(done.clone(), sends.len() as u64)));
     let mut workers = Vec::new();
     for _ in 0..concurrency.max(1) {
         let (client, sends, next, done, tenant) =
@@ -149,12 +150,15 @@ pub async fn history(base: &str, tenant: &str, conversation: &str, viewer: &str)
     }
 }
 
-async fn show_progress(done: Arc<AtomicU64>, total: u64, started: Instant) {
+/// A progress bar of the sends committed, until aborted.
+async fn show_progress(done: Arc<AtomicU64>, total: u64) {
+    let bar = ProgressBar::new(total);
+    if let Ok(style) = ProgressStyle::with_template("  sending {wide_bar} {pos}/{len} committed, {per_sec}") {
+        bar.set_style(style);
+    }
     loop {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let n = done.load(Ordering::Relaxed);
-        let rate = n as f64 / started.elapsed().as_secs_f64();
-        eprint!("\r  sending: {n}/{total} committed ({rate:.0}/s)   ");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        bar.set_position(done.load(Ordering::Relaxed));
     }
 }
 

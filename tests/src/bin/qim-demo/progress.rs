@@ -1,7 +1,8 @@
-//! Convergence with a progress line.
+//! Convergence with a progress line (a spinner showing every consumer's lag).
 
 use std::time::{Duration, Instant};
 
+use indicatif::ProgressBar;
 use qim_tests::services::{consumer_group_lag, metric_values, Pipeline, ServiceKind};
 use qim_tests::workload::Ack;
 
@@ -10,6 +11,7 @@ use qim_tests::workload::Ack;
 pub async fn show_until_converged(pipeline: &Pipeline, acks: &[Ack], timeout: Duration) -> anyhow::Result<()> {
     let e = pipeline.env();
     let began = Instant::now();
+    let line = ProgressBar::new_spinner();
     loop {
         let archiver = consumer_group_lag(&e.kafka_brokers, &e.archiver_group, &e.messages_topic).await?;
         let router =
@@ -22,10 +24,11 @@ pub async fn show_until_converged(pipeline: &Pipeline, acks: &[Ack], timeout: Du
             }
             Err(_) => 0.0,
         };
-        eprint!(
-            "\r  archiver lag {:>6} | router lag {:>6} | shard lag {:>6} | mailbox entries written {:>9.0}   ",
+        line.set_message(format!(
+            "archiver lag {:>6} | router lag {:>6} | shard lag {:>6} | mailbox entries written {:>9.0}",
             archiver.total, router.total, shards.total, entries
-        );
+        ));
+        line.tick();
         if archiver.total == 0 && router.total == 0 && shards.total == 0 && archiver.end >= acks.len() as i64 {
             break;
         }
@@ -34,6 +37,6 @@ pub async fn show_until_converged(pipeline: &Pipeline, acks: &[Ack], timeout: Du
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    eprintln!();
+    line.finish();
     pipeline.converge(acks, timeout.saturating_sub(began.elapsed()).max(Duration::from_secs(30))).await
 }
