@@ -19,7 +19,7 @@ const DAY: i64 = 86_400;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_retention_class_gets_its_remaining_ttl() {
     let policy = RetentionPolicy::with_default_days(3).unwrap();
-    let (topic, dlq) = (create_topic("qim-archiver-ttl", 1).await, create_topic("qim-archiver-ttl-dlq", 1).await);
+    let (topic, dlq) = (create_topic("a_ttl", 1).await, create_topic("a_ttl_dlq", 1).await);
     let (tenant, conv) = (fresh(TenantId), fresh(ConversationId));
     let now = UnixMillis::now();
     let r = |seq, class, created: UnixMillis| record(tenant, conv, seq, class, created, &policy);

@@ -40,8 +40,7 @@ async fn ready(archiver: &TestArchiver) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_archiver_waits_out_a_cassandra_restart_and_never_commits_unwritten_records() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
-    let (topic, dlq) =
-        (create_topic("qim-archiver-cass", PARTITIONS).await, create_topic("qim-archiver-cass-dlq", 1).await);
+    let (topic, dlq) = (create_topic("a_cass", PARTITIONS).await, create_topic("a_cass_dlq", 1).await);
     let before: Vec<_> = (0..10).flat_map(|_| conversation(50, &policy)).collect();
     produce(&topic, &before).await;
     let config = config(&topic, &dlq, policy).await;

@@ -21,7 +21,7 @@ type Headers = Vec<(String, Vec<u8>)>;
 /// The first dead letter of a one-partition topic: (value, headers).
 fn first_letter(topic: &str) -> (Option<Vec<u8>>, Headers) {
     let consumer: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", brokers()).set("group.id", unique("dlq-reader")).create().unwrap();
+        ClientConfig::new().set("bootstrap.servers", brokers()).set("group.id", unique("dlq_reader")).create().unwrap();
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
     consumer.assign(&list).unwrap();
@@ -44,8 +44,7 @@ fn header<'a>(headers: &'a [(String, Vec<u8>)], name: &str) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_different_record_at_an_archived_seq_is_dead_lettered_and_the_original_kept() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
-    let (topic, dlq) =
-        (create_topic("qim-archiver-conflict", 1).await, create_topic("qim-archiver-conflict-dlq", 1).await);
+    let (topic, dlq) = (create_topic("a_confl", 1).await, create_topic("a_confl_dlq", 1).await);
     let originals = conversation(3, &policy);
     let mut impostor = originals[1].clone();
     impostor.payload = b"another message given the same seq".to_vec();

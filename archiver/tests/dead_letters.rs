@@ -22,7 +22,7 @@ type Raw = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
 
 fn read_all(topic: &str, expected: usize) -> Vec<Raw> {
     let consumer: BaseConsumer =
-        ClientConfig::new().set("bootstrap.servers", brokers()).set("group.id", unique("dlq-reader")).create().unwrap();
+        ClientConfig::new().set("bootstrap.servers", brokers()).set("group.id", unique("dlq_reader")).create().unwrap();
     let mut list = TopicPartitionList::new();
     list.add_partition_offset(topic, 0, Offset::Beginning).unwrap();
     consumer.assign(&list).unwrap();
@@ -47,7 +47,7 @@ fn header<'a>(raw: &'a Raw, name: &str) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_is_dead_lettered_with_its_reason_and_the_stream_continues() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
-    let (topic, dlq) = (create_topic("qim-archiver-poison", 1).await, create_topic("qim-archiver-dlq", 1).await);
+    let (topic, dlq) = (create_topic("arch_poison", 1).await, create_topic("arch_dlq", 1).await);
     let good = conversation(4, &policy);
     let key = encode_message(&good[0]).key;
     // A compliance-hold record that claims an expiry: decodes, but the archive must refuse it.

@@ -48,7 +48,7 @@ async fn commit_conversation(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watermarks_pass_old_holes_wait_for_young_ones_and_the_trim_follows() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
-    let (topic, dlq) = (create_topic("qim-archiver-hot", 1).await, create_topic("qim-archiver-hot-dlq", 1).await);
+    let (topic, dlq) = (create_topic("a_hot", 1).await, create_topic("a_hot_dlq", 1).await);
     let mut config = config(&topic, &dlq, policy).await;
     config.hole_grace = Duration::from_secs(3);
     let redis = config.hot_tier.clone().unwrap();

@@ -37,8 +37,7 @@ fn tail(path: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_nine_mid_batch_then_restart_loses_and_doubles_nothing() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
-    let (topic, dlq) =
-        (create_topic("qim-archiver-kill", PARTITIONS).await, create_topic("qim-archiver-kill-dlq", 1).await);
+    let (topic, dlq) = (create_topic("a_kill", PARTITIONS).await, create_topic("a_kill_dlq", 1).await);
     let conversations: Vec<_> = (0..CONVERSATIONS).map(|_| conversation(PER_CONVERSATION, &policy)).collect();
     let all: Vec<_> = conversations.iter().flatten().cloned().collect();
     produce(&topic, &all).await;
@@ -48,7 +47,7 @@ async fn kill_nine_mid_batch_then_restart_loses_and_doubles_nothing() {
     let ks = config.scylla.keyspace.clone();
     let env = binary_env(&config);
     let dir = std::env::temp_dir();
-    let (log1, log2) = (dir.join(unique("archiver-kill-1")), dir.join(unique("archiver-kill-2")));
+    let (log1, log2) = (dir.join(unique("akill_1")), dir.join(unique("akill_2")));
     let (log1, log2) = (log1.to_str().unwrap(), log2.to_str().unwrap());
     // The fourth partition batch sleeps after its rows are durable, before its offset is stored.
     let mut first = spawn(&env, Some("archiver::after_archive=3*off->sleep(120000)"), log1);

@@ -16,8 +16,7 @@ const PARTITIONS: i32 = 4;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_joining_mid_stream_moves_partitions_without_losing_a_record() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
-    let (topic, dlq) =
-        (create_topic("qim-archiver-rebalance", PARTITIONS).await, create_topic("qim-archiver-rb-dlq", 1).await);
+    let (topic, dlq) = (create_topic("a_rebal", PARTITIONS).await, create_topic("a_rb_dlq", 1).await);
     let records: Vec<_> = (0..40).flat_map(|_| conversation(50, &policy)).collect();
     produce(&topic, &records).await;
     let mut config = config(&topic, &dlq, policy).await;

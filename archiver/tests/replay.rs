@@ -48,7 +48,7 @@ async fn run(config: &qim_archiver::config::ArchiverConfig, start: Start) -> (Su
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_leaves_the_archive_identical_and_counts_what_it_did() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
-    let (topic, dlq) = (create_topic("qim-archiver-replay", 2).await, create_topic("qim-archiver-replay-dlq", 1).await);
+    let (topic, dlq) = (create_topic("a_replay", 2).await, create_topic("a_replay_dlq", 1).await);
     let now = UnixMillis::now();
     let mut records = Vec::new();
     for _ in 0..6 {

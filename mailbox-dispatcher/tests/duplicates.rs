@@ -54,7 +54,7 @@ async fn snapshot(
 fn dead_letters(f: &Fixture) -> Vec<(String, String)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", support::brokers())
-        .set("group.id", support::unique("dlq-reader"))
+        .set("group.id", support::unique("dlq_reader"))
         .set("auto.offset.reset", "earliest")
         .set("enable.auto.commit", "false")
         .create()

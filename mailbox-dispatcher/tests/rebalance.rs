@@ -28,7 +28,7 @@ fn dispatch_log(f: &Fixture) -> (HashMap<(MessageId, ShardId), u64>, HashMap<Sha
     let topic = &f.config.kafka.dispatch_topic;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", support::brokers())
-        .set("group.id", support::unique("log-reader"))
+        .set("group.id", support::unique("log_reader"))
         .set("enable.auto.commit", "false")
         .create()
         .unwrap();

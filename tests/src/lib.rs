@@ -4,5 +4,5 @@ pub mod compose;
 pub mod faults;
 pub mod latency;
 pub mod services;
-pub mod stack;
+pub use qim_testkit::stack;
 pub mod workload;

@@ -6,7 +6,6 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,8 +21,6 @@ use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::scylla::schema::SEQ_BUCKET_SIZE;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig, ScyllaMessageStore};
 use qim_store::topic::{encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -33,42 +30,17 @@ use rdkafka::TopicPartitionList;
 use scylla::client::session::Session;
 use tokio_util::sync::CancellationToken;
 
-pub const HINT: &str = "start the local stack with `deploy/local/stack up`";
-
-pub fn brokers() -> String {
-    std::env::var("QIM_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
-}
-
-pub fn redis_url() -> String {
-    std::env::var("QIM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
-}
-
-/// A name unique in this machine's history of test runs (`[a-z0-9_-]`).
-pub fn unique(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}-{}-{}-{}", std::process::id(), nanos % 1_000_000_000_000, N.fetch_add(1, Ordering::Relaxed))
-}
+pub use qim_testkit::stack::{kafka_brokers as brokers, redis_url, unique_name as unique, START_HINT as HINT};
 
 /// 16 fresh bytes.
 pub fn fresh<T>(make: fn([u8; 16]) -> T) -> T {
     make(qim_store::testsuite::fixtures::fresh_bytes())
 }
 
-/// Creates a topic; fails naming Kafka when it does not answer.
+/// Creates a topic, ready to use; fails naming Kafka when it does not answer.
 pub async fn create_topic(prefix: &str, partitions: i32) -> String {
     let topic = unique(prefix);
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("an admin client");
-    let new = NewTopic::new(&topic, partitions, TopicReplication::Fixed(1));
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let result = tokio::time::timeout(Duration::from_secs(20), admin.create_topics([&new], &opts))
-        .await
-        .unwrap_or_else(|_| panic!("Kafka at {} did not answer within 20 s; {HINT}", brokers()))
-        .unwrap_or_else(|e| panic!("creating topic {topic} at {}: {e}; {HINT}", brokers()));
-    for r in result {
-        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
-    }
+    qim_testkit::kafka::require_topics(&[(&topic, partitions)]).await;
     topic
 }
 
@@ -102,7 +74,7 @@ pub async fn config(topic: &str, dlq: &str, policy: RetentionPolicy) -> Archiver
         kafka_brokers: brokers(),
         messages_topic: topic.to_owned(),
         dlq_topic: dlq.to_owned(),
-        group: unique("qim-archiver-test"),
+        group: unique("a_test"),
         batch: BatchLimits { max_records: 200, max_wait: Duration::from_millis(20), write_concurrency: 64 },
         hole_grace: Duration::from_secs(600),
         trim_interval: Duration::from_secs(1),

@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +20,7 @@ use qim_store::retention::RetentionClass;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
 use qim_store::topic::{dispatch_key, encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_store::{MailboxStore, MembershipStore};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
@@ -29,25 +28,10 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
-pub const HINT: &str = "start the local stack with `deploy/local/stack up`";
+pub use qim_testkit::stack::{kafka_brokers as brokers, redis_url, unique_name as unique, START_HINT as HINT};
 pub const TOKEN: &str = "test-token";
 pub const SHARDS: u16 = 8;
 pub const EPOCH: ShardEpoch = ShardEpoch(0);
-
-pub fn brokers() -> String {
-    std::env::var("QIM_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
-}
-
-pub fn redis_url() -> String {
-    std::env::var("QIM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
-}
-
-/// A name unique in this machine's history of test runs (`[a-z0-9-]`).
-pub fn unique(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}-{}-{}-{}", std::process::id(), nanos % 1_000_000_000_000, N.fetch_add(1, Ordering::Relaxed))
-}
 
 pub fn fresh<T>(make: fn([u8; 16]) -> T) -> T {
     make(*uuid::Uuid::new_v4().as_bytes())
@@ -82,20 +66,6 @@ macro_rules! both_backends {
     };
 }
 
-async fn create_topics(topics: &[(&str, i32)]) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("an admin client");
-    let new: Vec<NewTopic> = topics.iter().map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1))).collect();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let result = tokio::time::timeout(Duration::from_secs(30), admin.create_topics(&new, &opts))
-        .await
-        .unwrap_or_else(|_| panic!("Kafka at {} did not answer within 30 s; {HINT}", brokers()))
-        .unwrap_or_else(|e| panic!("creating topics at {}: {e}; {HINT}", brokers()));
-    for r in result {
-        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
-    }
-}
-
 /// A fresh, migrated Scylla keyspace (RF from the test environment).
 pub async fn scylla_keyspace() -> ScyllaConfig {
     let config = ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("{e}"));
@@ -116,7 +86,7 @@ impl Fixture {
         if let Ok(filter) = std::env::var("TEST_LOG") {
             let _ = qim_store::service::telemetry::init_logs(&filter);
         }
-        let name = unique("qim-disp");
+        let name = unique("disp");
         let kafka = KafkaConfig {
             brokers: brokers(),
             messages_topic: format!("{name}.messages"),
@@ -124,8 +94,12 @@ impl Fixture {
             dlq_topic: format!("{name}.dlq"),
             group: name.clone(),
         };
-        create_topics(&[(&kafka.messages_topic, 4), (&kafka.dispatch_topic, i32::from(SHARDS)), (&kafka.dlq_topic, 1)])
-            .await;
+        qim_testkit::kafka::require_topics(&[
+            (&kafka.messages_topic, 4),
+            (&kafka.dispatch_topic, i32::from(SHARDS)),
+            (&kafka.dlq_topic, 1),
+        ])
+        .await;
         let backend = match kind {
             Kind::Redis => Backend::Redis {
                 redis: RedisConfig { url: redis_url(), namespace: name.clone() },

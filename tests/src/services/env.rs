@@ -1,12 +1,10 @@
 //! One isolated pipeline run: its own Redis namespace, topics, keyspace, groups and ports.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use anyhow::{bail, Context};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use anyhow::Context;
+use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
-use rdkafka::types::RDKafkaErrorCode;
 
 use super::ServiceKind;
 use crate::stack;
@@ -198,23 +196,15 @@ impl PipelineEnv {
 
     async fn create_topics(&self) -> anyhow::Result<()> {
         stack::connect_kafka().await?;
-        let admin = self.kafka_admin()?;
+        let mut config = stack::kafka_config();
+        config.set("bootstrap.servers", &self.kafka_brokers);
         let specs = [
-            (&self.messages_topic, MESSAGE_PARTITIONS),
-            (&self.dispatch_topic, i32::from(self.mailbox_shards)),
-            (&self.archiver_dlq_topic, 1),
-            (&self.dispatcher_dlq_topic, 1),
+            (self.messages_topic.as_str(), MESSAGE_PARTITIONS),
+            (self.dispatch_topic.as_str(), i32::from(self.mailbox_shards)),
+            (self.archiver_dlq_topic.as_str(), 1),
+            (self.dispatcher_dlq_topic.as_str(), 1),
         ];
-        let new: Vec<NewTopic<'_>> =
-            specs.iter().map(|(t, p)| NewTopic::new(t.as_str(), *p, TopicReplication::Fixed(1))).collect();
-        let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-        for r in admin.create_topics(&new, &opts).await.context("creating the run's topics")? {
-            match r {
-                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((t, e)) => bail!("creating topic {t}: {e}"),
-            }
-        }
-        Ok(())
+        qim_testkit::kafka::create_topics_with(&config, &specs).await.context("creating the run's topics")
     }
 
     /// Creates (or verifies) the run's keyspace and tables.

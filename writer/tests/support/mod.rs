@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
@@ -16,8 +15,6 @@ use qim_store::scylla::{migrate, open_session, ScyllaConfig};
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_writer::config::{Backend, WriterConfig};
 use qim_writer::serve::{start, RunningWriter};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -25,42 +22,17 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-pub const HINT: &str = "start the local stack with `deploy/local/stack up`";
+pub use qim_testkit::stack::{kafka_brokers as brokers, redis_url, unique_name as unique, START_HINT as HINT};
 pub const TOKEN: &str = "test-token";
-
-pub fn brokers() -> String {
-    std::env::var("QIM_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
-}
-
-pub fn redis_url() -> String {
-    std::env::var("QIM_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
-}
-
-/// A name unique in this machine's history of test runs.
-pub fn unique(prefix: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}-{}-{}-{}", std::process::id(), nanos % 1_000_000_000_000, N.fetch_add(1, Ordering::Relaxed))
-}
 
 pub fn fresh<T>(make: fn([u8; 16]) -> T) -> T {
     make(*uuid::Uuid::new_v4().as_bytes())
 }
 
-/// Creates a 3-partition topic; fails naming Kafka when it does not answer.
+/// Creates a 3-partition topic, ready to use; fails naming Kafka when it does not answer.
 pub async fn create_topic() -> String {
-    let topic = unique("qim-writer-test");
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", brokers()).create().expect("an admin client");
-    let new = NewTopic::new(&topic, 3, TopicReplication::Fixed(1));
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let result = tokio::time::timeout(Duration::from_secs(20), admin.create_topics([&new], &opts))
-        .await
-        .unwrap_or_else(|_| panic!("Kafka at {} did not answer within 20 s; {HINT}", brokers()))
-        .unwrap_or_else(|e| panic!("creating topic {topic} at {}: {e}; {HINT}", brokers()));
-    for r in result {
-        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
-    }
+    let topic = unique("writer_test");
+    qim_testkit::kafka::require_topics(&[(&topic, 3)]).await;
     topic
 }
 

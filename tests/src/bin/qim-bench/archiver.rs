@@ -18,7 +18,7 @@ use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::scylla::schema::{hour_bucket, SEQ_BUCKET_SIZE};
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
 use qim_store::topic::{encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -63,16 +63,6 @@ pub fn records(n: u64, conversations: usize, payload: usize, policy: &RetentionP
 fn uuid_like(seed: u128) -> [u8; 16] {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     (seed ^ nanos.rotate_left(17)).to_be_bytes()
-}
-
-async fn create_topics(brokers: &str, topics: &[(&str, i32)]) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    let new: Vec<NewTopic<'_>> = topics.iter().map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1))).collect();
-    for r in admin.create_topics(&new, &opts).await? {
-        r.map_err(|(t, e)| anyhow::anyhow!("creating {t}: {e}"))?;
-    }
-    Ok(())
 }
 
 /// Produces `records` to `topic` as the writer would (idempotent, `acks=all`), all queued at once.
@@ -219,7 +209,12 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     migrate(&session, &scylla).await.context("creating the benchmark keyspace")?;
     let (topic, dlq, namespace) =
         (format!("qim.bench.archiver.{id}"), format!("qim.bench.archiver.dlq.{id}"), format!("qimbencha{id}"));
-    create_topics(&brokers, &[(&topic, PARTITIONS), (&dlq, 1)]).await.context("creating the benchmark topics")?;
+    qim_testkit::kafka::create_topics_with(
+        ClientConfig::new().set("bootstrap.servers", &brokers),
+        &[(&topic, PARTITIONS), (&dlq, 1)],
+    )
+    .await
+    .context("creating the benchmark topics")?;
     let drained = records(args.count, args.conversations, args.payload, &policy);
     fill_topic(&brokers, &topic, &drained).await.context("filling the topic")?;
 

@@ -34,7 +34,7 @@ use qim_store::retention::RetentionClass;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
 use qim_store::topic::{encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_store::MailboxStore;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -89,13 +89,14 @@ async fn world(kind: &str, args: &Args) -> anyhow::Result<World> {
         dlq_topic: format!("{name}.dlq"),
         group: name.clone(),
     };
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", &kafka.brokers).create()?;
-    let topics = [(&kafka.messages_topic, 4), (&kafka.dispatch_topic, i32::from(SHARDS)), (&kafka.dlq_topic, 1)];
-    let new: Vec<NewTopic> = topics.iter().map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1))).collect();
-    for r in admin.create_topics(&new, &AdminOptions::new()).await.context("creating the benchmark topics")? {
-        r.map_err(|(t, e)| anyhow::anyhow!("creating topic {t}: {e}"))?;
-    }
+    let topics = [
+        (kafka.messages_topic.as_str(), 4),
+        (kafka.dispatch_topic.as_str(), i32::from(SHARDS)),
+        (kafka.dlq_topic.as_str(), 1),
+    ];
+    qim_testkit::kafka::create_topics_with(ClientConfig::new().set("bootstrap.servers", &kafka.brokers), &topics)
+        .await
+        .context("creating the benchmark topics")?;
     // A keyspace either way: the mailboxes' on Scylla, the durable membership table on Redis.
     let hosts: Vec<String> = args.scylla_hosts.split(',').map(str::to_owned).collect();
     let probe = ScyllaConfig { hosts, keyspace: name.clone(), local_dc: String::new(), replication_factor: 1 };

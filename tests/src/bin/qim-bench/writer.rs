@@ -29,7 +29,7 @@ use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
 use qim_writer::config::{Backend, WriterConfig};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
@@ -58,14 +58,9 @@ return 1
 /// How long the paced phase runs.
 const PACED_FOR: Duration = Duration::from_secs(10);
 
-/// Creates `topic` with 8 partitions.
+/// Creates `topic` with 8 partitions, ready to use.
 pub async fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new().set("bootstrap.servers", brokers).create()?;
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
-    for r in admin.create_topics([&NewTopic::new(topic, 8, TopicReplication::Fixed(1))], &opts).await? {
-        r.map_err(|(t, e)| anyhow::anyhow!("creating {t}: {e}"))?;
-    }
-    Ok(())
+    qim_testkit::kafka::create_topics_with(ClientConfig::new().set("bootstrap.servers", brokers), &[(topic, 8)]).await
 }
 
 /// Deletes `topic`.

@@ -1,0 +1,9 @@
+//! qim-testkit: what the tests of every qim crate share, so each is written once.
+//!
+//! - [`stack`]: where the local stack's servers are (`QIM_TEST_*` variables, loopback
+//!   defaults), checks that fail loudly naming the server and the command that starts it, and
+//!   unique names for topics, groups, keyspaces and key namespaces.
+//! - [`kafka`]: topics created and ready (every partition has a leader) before a test uses them.
+
+pub mod kafka;
+pub mod stack;
