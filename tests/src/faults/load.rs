@@ -72,7 +72,7 @@ impl Load {
     ///
     /// # Errors
     ///
-    /// A send failed for good (the workload retries for about a minute first).
+    /// A send failed for good (the workload retries for [`workload::SEND_PATIENCE`] first).
     pub async fn stop(self) -> anyhow::Result<Report> {
         self.stop.cancel();
         self.task.await.context("the load task panicked")?

@@ -55,6 +55,11 @@ pub struct Report {
     pub wall: Duration,
 }
 
+/// How long one send is retried while the writer answers 503 or does not answer: longer than
+/// the local stack takes to restart Cassandra (the writer needs it to extend a conversation's
+/// seq lease, once per block of sends).
+pub const SEND_PATIENCE: Duration = Duration::from_secs(240);
+
 /// Sends `plan` through the writer at `base` (e.g. `http://127.0.0.1:8080`) with `concurrency`
 /// requests in flight, printing progress every second unless `quiet`.
 pub async fn run(
@@ -186,14 +191,17 @@ impl Writer {
         Ok(())
     }
 
-    /// Sends until acknowledged; `503` (a backend briefly down) is retried with the same key.
+    /// Sends until acknowledged; `503` (a backend briefly down) and connection failures are
+    /// retried with the same key every 500 ms for up to [`SEND_PATIENCE`].
     async fn send(&self, tenant: &str, s: &PlannedSend) -> anyhow::Result<(Ack, Duration)> {
+        let give_up = Instant::now() + SEND_PATIENCE;
         let body = serde_json::json!({
             "tenant": tenant, "conversation": s.conversation, "sender": s.sender,
             "client_message_id": s.client_message_id, "body": s.body, "retention": s.retention,
         });
-        for attempt in 0.. {
+        loop {
             let began = Instant::now();
+            let patient = began < give_up;
             let r = self.post("/v1/messages").json(&body).send().await;
             match r {
                 Ok(r) if r.status() == 200 => {
@@ -210,13 +218,12 @@ impl Writer {
                     };
                     return Ok((ack, began.elapsed()));
                 }
-                Ok(r) if r.status() == 503 && attempt < 120 => {}
+                Ok(r) if r.status() == 503 && patient => {}
                 Ok(r) => bail!("send {}: {} {}", s.client_message_id, r.status(), r.text().await.unwrap_or_default()),
-                Err(e) if attempt < 120 => eprintln!("  send failed ({e}); retrying the same request"),
+                Err(e) if patient => eprintln!("  send failed ({e}); retrying the same request"),
                 Err(e) => return Err(e).context("sending"),
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        unreachable!("the loop returns or fails")
     }
 }
