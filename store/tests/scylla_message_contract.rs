@@ -210,3 +210,27 @@ async fn bit_63_values_are_refused_before_reaching_cql() {
     let ok = ReadPosition { conversation: conv, read_through: ConversationSeq(i64::MAX as u64) };
     assert_eq!(store.conversation_summaries(t, user(1), &[ok]).await.unwrap()[0].last_seq, None);
 }
+
+#[tokio::test]
+async fn a_mark_without_a_holder_column_value_moves_like_one_with_none() {
+    // Rows from before the `holder` column have it null; they read, and move, as "no holder".
+    let scylla = Scylla::default();
+    let marks = qim_store::testsuite::SeqHighWaterHarness::open(&scylla).await;
+    let session = connect(config()).await;
+    let (t, c) = (qim_store::testsuite::fixtures::fresh_tenant(), qim_store::testsuite::fixtures::fresh_conversation());
+    let insert = format!(
+        "INSERT INTO {}.seq_high_water (tenant_id, conversation_id, high_water) VALUES (?, ?, 7)",
+        config().keyspace
+    );
+    session.query_unpaged(insert, (&t.0[..], &c.0[..])).await.expect("a legacy row");
+    let legacy = marks.high_water(t, c).await.expect("read");
+    assert_eq!(legacy, qim_store::HighWater { through: ConversationSeq(7), holder: String::new() });
+    let to = qim_store::HighWater { through: ConversationSeq(71), holder: "run".into() };
+    assert_eq!(marks.advance_high_water(t, c, &legacy, &to).await.expect("moved"), None);
+    assert_eq!(marks.high_water(t, c).await.expect("read"), to);
+    let raised = qim_store::HighWater { through: ConversationSeq(200), holder: String::new() };
+    marks.raise_high_water(t, c, raised.through).await.expect("raised");
+    assert_eq!(marks.high_water(t, c).await.expect("read"), raised, "a raise clears the holder");
+    let next = qim_store::HighWater { through: ConversationSeq(264), holder: "other".into() };
+    assert_eq!(marks.advance_high_water(t, c, &raised, &next).await.expect("moved"), None, "'' moves too");
+}

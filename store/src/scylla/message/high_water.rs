@@ -54,7 +54,9 @@ impl SeqHighWater for ScyllaMessageStore {
             self.inner.session.execute_unpaged(&st.init_high_water, (t, c, target, &to.holder)).await
         } else {
             let from = u64_to_i64("seq high-water mark", expected.through.0)?;
-            let values = (target, &to.holder, t, c, from, &expected.holder);
+            // No holder reads as "": stored as '' or, in rows from before the column, as null.
+            let alternative = (!expected.holder.is_empty()).then_some(expected.holder.as_str());
+            let values = (target, &to.holder, t, c, from, expected.holder.as_str(), alternative);
             self.inner.session.execute_unpaged(&st.cas_high_water, values).await
         };
         let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;

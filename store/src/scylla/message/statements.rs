@@ -298,7 +298,7 @@ impl Statements {
                 Lwt,
                 format!(
                     "UPDATE {ks}.seq_high_water SET high_water = ?, holder = ? WHERE tenant_id = ? AND \
-                     conversation_id = ? IF high_water = ? AND holder = ?"
+                     conversation_id = ? IF high_water = ? AND holder IN (?, ?)"
                 ),
             )
             .await?,
