@@ -73,6 +73,20 @@ macro_rules! boundary {
     };
 }
 
+/// A commit this send reserved moments ago that is now missing (`NotFound`) was lost by the
+/// store under it (Redis rolled back or lost state): the client should retry the same request,
+/// which reserves again or, when the send was published before the loss, gets its restored
+/// answer. So it is `Unavailable` (503), never 404.
+fn lost_mid_flight(error: CommitError) -> CommitError {
+    match error {
+        CommitError::Store(StoreError::NotFound(why)) => CommitError::Store(StoreError::Unavailable {
+            message: format!("the store lost this send's commit while it was being driven ({why}); retry it"),
+            source: None,
+        }),
+        other => other,
+    }
+}
+
 /// Drives sends through the commit state machine, at most `max_in_flight` at once.
 pub struct DurableMessageCommitter {
     store: Arc<dyn MessageStore>,
@@ -119,7 +133,7 @@ impl DurableMessageCommitter {
             return Ok((reserved, true));
         }
         boundary!("writer::after_reserve");
-        self.drive(reserved).await.map(|c| (c, false))
+        self.drive(reserved).await.map(|c| (c, false)).map_err(lost_mid_flight)
     }
 
     async fn reserve(&self, request: &CommitRequest) -> Result<Commit, CommitError> {
