@@ -16,7 +16,7 @@ use qim_store::codec::encode_manifest;
 use qim_store::ids::{ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
 use qim_store::mailbox::{
     lane_of, ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark,
-    MailboxEntry, MailboxPage, MailboxRetention, MailboxSeq, MessageRef, ShardEpoch, ShardId,
+    MailboxEntry, MailboxPage, MailboxRetention, MailboxSeq, MessageRef, ShardEpoch, ShardFence, ShardId,
 };
 use qim_store::memory::MemoryMailboxStore;
 use qim_store::message::MessageKind;
@@ -132,7 +132,8 @@ fn pipeline(store: Arc<dyn MailboxStore>, capacity: usize) -> (mpsc::Sender<Reco
     });
     let (tx, rx) = mpsc::channel(capacity);
     let stop = CancellationToken::new();
-    tokio::spawn(Pipeline::new(ctx, ShardId(0), CancellationToken::new(), stop.clone(), None).run(rx));
+    let fence = ShardFence { shard: ShardId(0), incarnation: String::new() };
+    tokio::spawn(Pipeline::new(ctx, fence, CancellationToken::new(), stop.clone(), None).run(rx));
     (tx, stop)
 }
 

@@ -44,6 +44,11 @@ pub enum StoreError {
         /// The lowest cursor a reader may resume from.
         earliest: MailboxSeq,
     },
+    /// The store lost or rolled back state the caller built on since it took that state over
+    /// (a fenced write after Redis restarted, was restored from an older snapshot, failed over or
+    /// was flushed). Nothing was written; retrying can not succeed: rebuild from the log.
+    #[error("state lost: {0}")]
+    StateLost(String),
     /// The backend could not be reached or failed transiently; safe to retry.
     #[error("store unavailable: {message}")]
     Unavailable {
@@ -74,6 +79,8 @@ pub enum ErrorKind {
     InvariantViolation,
     /// See [`StoreError::CursorExpired`].
     CursorExpired,
+    /// See [`StoreError::StateLost`].
+    StateLost,
     /// See [`StoreError::Unavailable`].
     Unavailable,
 }
@@ -90,6 +97,7 @@ impl ErrorKind {
             ErrorKind::CorruptEntry => "corrupt_entry",
             ErrorKind::InvariantViolation => "invariant_violation",
             ErrorKind::CursorExpired => "cursor_expired",
+            ErrorKind::StateLost => "state_lost",
             ErrorKind::Unavailable => "unavailable",
         }
     }
@@ -106,7 +114,8 @@ impl ErrorKind {
             | ErrorKind::InvalidInput
             | ErrorKind::CorruptEntry
             | ErrorKind::InvariantViolation
-            | ErrorKind::CursorExpired => false,
+            | ErrorKind::CursorExpired
+            | ErrorKind::StateLost => false,
         }
     }
 }
@@ -123,6 +132,7 @@ impl StoreError {
             StoreError::CorruptEntry(_) => ErrorKind::CorruptEntry,
             StoreError::InvariantViolation(_) => ErrorKind::InvariantViolation,
             StoreError::CursorExpired { .. } => ErrorKind::CursorExpired,
+            StoreError::StateLost(_) => ErrorKind::StateLost,
             StoreError::Unavailable { .. } => ErrorKind::Unavailable,
         }
     }

@@ -25,6 +25,19 @@ pub const MAX_GROUP_EVENTS: usize = 256;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct ShardId(pub u16);
 
+/// A dispatcher's claim on one shard's bookkeeping in one incarnation of the store: what
+/// [`MailboxStore::shard_incarnation`](crate::MailboxStore::shard_incarnation) answered when it
+/// took the shard over. The store refuses a fenced write with
+/// [`StoreError::StateLost`](crate::StoreError::StateLost), writing nothing, once its incarnation
+/// of the shard is another (it may have lost or rolled back what the holder built on).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct ShardFence {
+    /// The shard.
+    pub shard: ShardId,
+    /// Its incarnation when the holder took it over (opaque).
+    pub incarnation: String,
+}
+
 /// A generation of a shard's log. Bumped when the dispatch log restarts its offsets (for
 /// example a recreated topic), so seqs of a new log still sort after the old ones.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]

@@ -6,11 +6,11 @@
 
 use async_trait::async_trait;
 
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UserId};
 use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
-    MailboxPage, MailboxSeq, ShardEpoch, ShardId,
+    MailboxPage, MailboxSeq, ShardEpoch, ShardFence, ShardId,
 };
 
 /// One chunk for [`MailboxStore::append_chunks`]: what [`MailboxStore::append_chunk`] takes.
@@ -122,6 +122,45 @@ pub trait MailboxStore: Send + Sync {
         Ok(String::new())
     }
 
+    /// [`begin_dispatch`](Self::begin_dispatch), only while the shard's incarnation is still
+    /// `fence`'s: otherwise `StateLost` and nothing is written. A manifest of another shard is
+    /// `InvalidInput`. Stores that never lose acknowledged writes check nothing more (the default).
+    async fn begin_dispatch_fenced(
+        &self,
+        fence: &ShardFence,
+        epoch: ShardEpoch,
+        manifest: &DispatchManifest,
+        observed_offset: u64,
+    ) -> StoreResult<DispatchReceipt> {
+        same_shard(fence, manifest.id.shard)?;
+        self.begin_dispatch(epoch, manifest, observed_offset).await
+    }
+
+    /// [`mark_chunks_completed`](Self::mark_chunks_completed) of chunks of `fence`'s shard, only
+    /// while its incarnation is still `fence`'s: otherwise `StateLost` and nothing is marked. A
+    /// chunk of another shard is `InvalidInput`.
+    async fn mark_chunks_completed_fenced(
+        &self,
+        fence: &ShardFence,
+        chunks: &[(DispatchId, ChunkId)],
+    ) -> StoreResult<()> {
+        for (dispatch, _) in chunks {
+            same_shard(fence, dispatch.shard)?;
+        }
+        self.mark_chunks_completed(chunks).await
+    }
+
+    /// [`advance_watermarks`](Self::advance_watermarks) of `fence`'s shard, each advance only
+    /// while its incarnation is still `fence`'s: otherwise that target is `StateLost` and its
+    /// watermark does not move.
+    async fn advance_watermarks_fenced(
+        &self,
+        fence: &ShardFence,
+        targets: &[(LaneId, u64)],
+    ) -> Vec<StoreResult<LaneWatermark>> {
+        self.advance_watermarks(fence.shard, targets).await
+    }
+
     /// Moves the lane's watermark to `through`, an offset where a dispatch was observed, when
     /// every dispatch observed in this shard above the current watermark and at or below
     /// `through` has its lane work complete; otherwise `Conflict` naming the first incomplete
@@ -150,4 +189,16 @@ pub trait MailboxStore: Send + Sync {
         seen_before_millis: i64,
         limit: usize,
     ) -> StoreResult<usize>;
+}
+
+/// `InvalidInput` unless `shard` is the fenced one.
+pub(crate) fn same_shard(fence: &ShardFence, shard: ShardId) -> StoreResult<()> {
+    if fence.shard == shard {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput(format!(
+            "a write to shard {} under the fence of shard {}",
+            shard.0, fence.shard.0
+        )))
+    }
 }

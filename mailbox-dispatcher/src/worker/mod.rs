@@ -173,8 +173,15 @@ impl ShardWorkers {
         }
         let Ok(shard) = u16::try_from(partition).map(ShardId) else { return None };
         let (tx, rx) = mpsc::channel(CHANNEL);
-        let pipeline = Pipeline::new(Arc::clone(&self.ctx), shard, token.clone(), shutdown.clone(), resume_at);
-        let task = tokio::spawn(pipeline.run(rx));
+        let (ctx, revoked, shutdown) = (Arc::clone(&self.ctx), token.clone(), shutdown.clone());
+        let task = tokio::spawn(async move {
+            // Revoked or shut down before the store answered: nothing was taken into work yet.
+            let fence = tokio::select! {
+                fence = resync::take_over(&ctx, shard, &revoked) => fence?,
+                () = shutdown.cancelled() => return None,
+            };
+            Pipeline::new(ctx, fence, revoked, shutdown, resume_at).run(rx).await
+        });
         tracing::info!(shard = shard.0, "shard pipeline started");
         running.insert(partition, Running { token, input: tx.clone(), task });
         Some(tx)

@@ -34,8 +34,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge};
-use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardId, CHUNK_MAX_RECIPIENTS, LANES};
-use qim_store::StoreResult;
+use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardFence, ShardId, CHUNK_MAX_RECIPIENTS, LANES};
+use qim_store::{ErrorKind, StoreResult};
 use rdkafka::consumer::Consumer;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -108,19 +108,21 @@ pub struct Pipeline {
     pub(super) steps: CancellationToken,
     /// The watermarks are being read again to find where to rewind to.
     pub(super) rewind_reading: bool,
-    /// The store's incarnation of the shard when this pipeline started; a change means the
-    /// store may have lost state (see [`super::resync`]).
-    pub(super) incarnation: Option<String>,
+    /// The store's incarnation of the shard when this pipeline took it over: its bookkeeping
+    /// writes are fenced with it, and a change means the store may have lost state (see
+    /// [`super::resync`]).
+    pub(super) fence: Arc<ShardFence>,
     /// An incarnation read is under way.
     pub(super) checking_incarnation: bool,
 }
 
 impl Pipeline {
-    /// A pipeline for `shard`; `revoked` is its partition's token. After a rewind, `resume_at`
+    /// A pipeline for the shard `fence` holds (see [`super::resync::take_over`]); `revoked` is
+    /// its partition's token. After a rewind, `resume_at`
     /// is the offset the consumer was sought to: records received before it are dropped.
     pub fn new(
         ctx: Arc<ShardContext>,
-        shard: ShardId,
+        fence: ShardFence,
         revoked: CancellationToken,
         shutdown: CancellationToken,
         resume_at: Option<u64>,
@@ -128,7 +130,7 @@ impl Pipeline {
         Self {
             steps: revoked.child_token(),
             ctx,
-            shard,
+            shard: fence.shard,
             revoked,
             shutdown,
             window: Window::default(),
@@ -149,7 +151,7 @@ impl Pipeline {
             resync: resume_at.map_or_else(Resync::default, Resync::after_rewind),
             rewind_to: None,
             rewind_reading: false,
-            incarnation: None,
+            fence: Arc::new(fence),
             checking_incarnation: false,
         }
     }
@@ -250,9 +252,9 @@ impl Pipeline {
             }
             let record = self.to_begin.pop_front().expect("front exists");
             self.beginning.insert(key.clone());
-            let (ctx, shard, cancel) = (Arc::clone(&self.ctx), self.shard, self.steps.clone());
+            let (ctx, fence, cancel) = (Arc::clone(&self.ctx), Arc::clone(&self.fence), self.steps.clone());
             let offset = record.offset;
-            self.tasks.spawn(async move { Done::Begin(offset, key, begin(ctx, shard, record, cancel).await) });
+            self.tasks.spawn(async move { Done::Begin(offset, key, begin(ctx, fence, record, cancel).await) });
         }
     }
 
@@ -278,9 +280,9 @@ impl Pipeline {
             self.next_lane = (lane + 1) % LANE_COUNT;
             self.lane_running[lane] += 1;
             self.chunks_running += 1;
-            let (store, cancel) = (Arc::clone(&self.ctx.store), self.steps.clone());
+            let (store, fence, cancel) = (Arc::clone(&self.ctx.store), Arc::clone(&self.fence), self.steps.clone());
             let lane = LaneId::new(lane as u8).expect("a lane index");
-            self.tasks.spawn(async move { Done::Chunks(write_chunks(store, lane, batch, cancel).await) });
+            self.tasks.spawn(async move { Done::Chunks(write_chunks(store, fence, lane, batch, cancel).await) });
         }
     }
 
@@ -300,15 +302,17 @@ impl Pipeline {
                     }
                     self.dirty = true;
                 } else if c.lost_dispatch {
-                    self.store_lost_state();
+                    self.store_lost_state("a chunk step found its dispatch gone or its fence broken");
                 }
             }
             Done::Advance(results) => {
                 for (lane, result) in results {
                     let l = usize::from(lane.get());
                     self.advancing[l] = false;
-                    if self.resync.advance_answered(&result) {
-                        self.store_lost_state();
+                    if matches!(&result, Err(e) if e.kind() == ErrorKind::StateLost) {
+                        self.store_lost_state("an advance found the fence broken");
+                    } else if self.resync.advance_answered(&result) {
+                        self.store_lost_state("advances over completed work were refused");
                     }
                     match result {
                         Ok(wm) => {
@@ -361,6 +365,7 @@ impl Pipeline {
     fn begun(&mut self, offset: u64, begun: Begun) {
         match begun {
             Begun::Abandoned => {}
+            Begun::StateLost => self.store_lost_state("a begin found the fence broken"),
             Begun::Refused => {
                 self.window.skip(offset);
                 self.dirty = true;
@@ -404,7 +409,7 @@ impl Pipeline {
             return;
         }
         if self.resync.lost {
-            self.store_lost_state();
+            self.store_lost_state("reading the watermarks to rewind to again");
         }
         self.check_incarnation();
         self.advance_page();
@@ -447,8 +452,8 @@ impl Pipeline {
             targets.push((lane, target));
         }
         if !targets.is_empty() {
-            let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
-            self.tasks.spawn(async move { Done::Advance(advance(store, shard, targets).await) });
+            let (store, fence) = (Arc::clone(&self.ctx.store), Arc::clone(&self.fence));
+            self.tasks.spawn(async move { Done::Advance(advance(store, fence, targets).await) });
         }
     }
 

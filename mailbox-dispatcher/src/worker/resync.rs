@@ -7,9 +7,15 @@
 //! entries at the same mailbox seqs: a dispatch's seq comes from its first observed offset, and
 //! every write is a same-value upsert). Signs that the store is behind the pipeline:
 //!
+//! - a fenced write was refused (`StateLost`): every begin, chunk mark and advance names the
+//!   store's incarnation of the shard the pipeline took it over in ([`take_over`]), and the
+//!   store writes nothing once it is another. This is what keeps a pipeline from building on a
+//!   rolled-back store between the loss and the moment it notices: an advance over
+//!   observations the store forgot would skip their holes for good, a duplicate begun first
+//!   would fix the dispatch's seq at the wrong offset;
 //! - the store's incarnation of the shard changed (`MailboxStore::shard_incarnation`, read
-//!   every page: Redis flushed, restarted, failed over or restored); the one sure sign while
-//!   running, since a rolled-back store also rolls back the records its watermarks check;
+//!   every page: Redis flushed, restarted, failed over or restored), for a pipeline with
+//!   nothing to write;
 //! - at start, the first record delivered (from the group's committed offset) is above `next`:
 //!   offsets are committed only after every lane's watermark passed them, so the store has lost
 //!   watermarks it once had;
@@ -28,16 +34,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use qim_store::mailbox::{LaneWatermark, ShardId};
-use qim_store::{ErrorKind, StoreError};
-use rdkafka::consumer::Consumer;
-
 use metrics::counter;
-use qim_store::StoreResult;
+use qim_store::mailbox::{LaneWatermark, ShardFence, ShardId};
+use qim_store::{ErrorKind, StoreError, StoreResult};
+use rdkafka::consumer::Consumer;
+use tokio_util::sync::CancellationToken;
 
 use super::pipeline::{Done, Pipeline};
 use super::steps::{read_watermarks, ShardContext};
 use crate::metrics::SHARD_RESYNCS;
+use crate::retry::{never, retry_store};
 
 /// Consecutive refused advances after which the store is taken to have lost state.
 pub const STRIKES: u32 = 3;
@@ -168,8 +174,11 @@ impl Pipeline {
     }
 
     /// The store lost state this pipeline wrote: find where its watermarks are now, which is
-    /// where to read the log again from (then [`Self::rewind`]).
-    pub(super) fn store_lost_state(&mut self) {
+    /// where to read the log again from (then [`Self::rewind`]); `why` is logged the first time.
+    pub(super) fn store_lost_state(&mut self, why: &'static str) {
+        if !self.resync.lost && self.rewind_to.is_none() {
+            tracing::warn!(shard = self.shard.0, why, "the store lost state this pipeline built on");
+        }
         self.resync.lost = true;
         if self.rewind_reading || self.rewind_to.is_some() {
             return;
@@ -179,20 +188,28 @@ impl Pipeline {
         self.tasks.spawn(async move { Done::RewindWatermarks(read_watermarks(store, shard).await) });
     }
 
-    /// What an incarnation read answered: the first is the pipeline's; another one later means
-    /// the store may have lost the shard's state.
+    /// What an incarnation read answered: another one than the pipeline's fence means the store
+    /// may have lost the shard's state.
     pub(super) fn incarnation_read(&mut self, result: StoreResult<String>) {
         self.checking_incarnation = false;
-        match (result, &self.incarnation) {
-            (Ok(now), None) => self.incarnation = Some(now),
-            (Ok(now), Some(was)) if *was != now => {
-                tracing::warn!(shard = self.shard.0, %was, %now, "the store's incarnation of this shard changed");
-                self.store_lost_state();
+        match result {
+            Ok(now) if now != self.fence.incarnation => {
+                let was = &self.fence.incarnation;
+                tracing::debug!(shard = self.shard.0, %was, %now, "the store's incarnation of this shard changed");
+                self.store_lost_state("the incarnation changed");
             }
-            (Ok(_), Some(_)) => {}
-            (Err(e), _) => tracing::warn!(shard = self.shard.0, error = %e, "reading the shard's incarnation failed"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(shard = self.shard.0, error = %e, "reading the shard's incarnation failed"),
         }
     }
+}
+
+/// Takes `shard` over: reads the store's incarnation of it (retried until it answers), the
+/// fence of every bookkeeping write of the pipeline that follows. `None` when `stop` fired
+/// first.
+pub async fn take_over(ctx: &ShardContext, shard: ShardId, stop: &CancellationToken) -> Option<ShardFence> {
+    let read = retry_store("shard_incarnation", stop, never, || ctx.store.shard_incarnation(shard)).await?;
+    read.ok().map(|incarnation| ShardFence { shard, incarnation })
 }
 
 /// Seeks `shard`'s partition back to `to` (at least its first retained offset), for a new

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use metrics::{counter, histogram};
 use qim_store::mailbox::{
-    ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardId,
+    ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardFence, ShardId,
 };
 use qim_store::topic::decode_dispatch;
 use qim_store::{ChunkWrite, ErrorKind, MailboxStore, StoreError, StoreResult};
@@ -57,6 +57,8 @@ pub enum Begun {
     Refused,
     /// Cancelled before its effect was durable.
     Abandoned,
+    /// The store lost state since the pipeline took the shard over (its fence broke).
+    StateLost,
     /// Recorded by the store.
     Dispatch {
         /// The canonical receipt (the first observation's seq).
@@ -68,10 +70,11 @@ pub enum Begun {
     },
 }
 
-/// Decodes and begins `record` of `shard`: a first observation fixes the seq, a duplicate
-/// reuses the first receipt (and reports which chunks are done), a conflicting or undecodable
-/// record is dead-lettered.
-pub async fn begin(ctx: Arc<ShardContext>, shard: ShardId, record: Record, cancel: CancellationToken) -> Begun {
+/// Decodes and begins `record` of the fenced shard: a first observation fixes the seq, a
+/// duplicate reuses the first receipt (and reports which chunks are done), a conflicting or
+/// undecodable record is dead-lettered.
+pub async fn begin(ctx: Arc<ShardContext>, fence: Arc<ShardFence>, record: Record, cancel: CancellationToken) -> Begun {
+    let shard = fence.shard;
     let partition = i32::from(shard.0);
     let manifest = match decode_dispatch(record.key.as_deref(), record.value.as_deref(), partition) {
         Ok(m) => Arc::new(m),
@@ -80,14 +83,16 @@ pub async fn begin(ctx: Arc<ShardContext>, shard: ShardId, record: Record, cance
             return refuse(&ctx, shard, &record, e.reason(), "invalid", &cancel).await;
         }
     };
-    let refusal = |k: ErrorKind| matches!(k, ErrorKind::DispatchConflict | ErrorKind::InvalidInput);
+    let refusal =
+        |k: ErrorKind| matches!(k, ErrorKind::DispatchConflict | ErrorKind::InvalidInput | ErrorKind::StateLost);
     let begun = retry_store("begin_dispatch", &cancel, refusal, || {
-        ctx.store.begin_dispatch(ctx.epoch, &manifest, record.offset)
+        ctx.store.begin_dispatch_fenced(&fence, ctx.epoch, &manifest, record.offset)
     })
     .await;
     let receipt = match begun {
         None => return Begun::Abandoned,
         Some(Ok(receipt)) => receipt,
+        Some(Err(e)) if e.kind() == ErrorKind::StateLost => return Begun::StateLost,
         Some(Err(e)) => {
             let outcome = if e.kind() == ErrorKind::DispatchConflict { "conflict" } else { "invalid" };
             tracing::error!(shard = shard.0, offset = record.offset, error = %e, "dispatch record refused");
@@ -163,14 +168,16 @@ pub struct ChunksDone {
     pub chunks: Vec<(u64, ChunkId)>,
     /// `true` when all were written and durably marked complete; `false` when abandoned.
     pub completed: bool,
-    /// The store no longer knows a dispatch of the batch (`NotFound`): it lost its state.
+    /// The store no longer knows a dispatch of the batch (`NotFound`) or refused the marks
+    /// (`StateLost`): it lost its state.
     pub lost_dispatch: bool,
 }
 
-/// Writes the entries of a batch of chunks of one lane (one store call), then marks them all
-/// complete (one more).
+/// Writes the entries of a batch of chunks of one lane of the fenced shard (one store call), then
+/// marks them all complete (one more, fenced: a store that lost state since writes nothing).
 pub async fn write_chunks(
     store: Arc<dyn MailboxStore>,
+    fence: Arc<ShardFence>,
     lane: LaneId,
     jobs: Vec<ChunkJob>,
     cancel: CancellationToken,
@@ -179,9 +186,9 @@ pub async fn write_chunks(
     let chunks: Vec<(u64, ChunkId)> = jobs.iter().map(|j| (j.offset, j.chunk)).collect();
     let writes: Vec<ChunkWrite<'_>> =
         jobs.iter().map(|j| ChunkWrite { receipt: &j.receipt, manifest: &j.manifest, chunk: j.chunk }).collect();
-    // A dispatch the store does not know (any more) was begun here: the store lost its state,
-    // and retrying can not bring it back; the pipeline reads the log again instead.
-    let lost = |k: ErrorKind| k == ErrorKind::NotFound;
+    // A dispatch the store does not know (any more) was begun here, or the fence broke: the
+    // store lost its state, and retrying can not bring it back; the pipeline reads the log again.
+    let lost = |k: ErrorKind| matches!(k, ErrorKind::NotFound | ErrorKind::StateLost);
     let abandoned = |result: &Option<Result<_, StoreError>>, chunks| ChunksDone {
         lane,
         chunks,
@@ -192,7 +199,9 @@ pub async fn write_chunks(
     let Some(Ok(entries)) = written else { return abandoned(&written.map(|r| r.map(drop)), chunks) };
     crate::failpoint::crash_point("dispatcher::worker_after_chunk_write");
     let marks: Vec<(DispatchId, ChunkId)> = jobs.iter().map(|j| (j.receipt.id, j.chunk)).collect();
-    let marked = retry_store("mark_chunks_completed", &cancel, lost, || store.mark_chunks_completed(&marks)).await;
+    let marked =
+        retry_store("mark_chunks_completed", &cancel, lost, || store.mark_chunks_completed_fenced(&fence, &marks))
+            .await;
     if !matches!(marked, Some(Ok(()))) {
         return abandoned(&marked, chunks);
     }
@@ -203,14 +212,14 @@ pub async fn write_chunks(
     ChunksDone { lane, chunks, completed: true, lost_dispatch: false }
 }
 
-/// Advances lanes of `shard` to their targets in one store call (one attempt; the next page
-/// retries what failed).
+/// Advances lanes of the fenced shard to their targets in one store call (one attempt; the next
+/// page retries what failed).
 pub async fn advance(
     store: Arc<dyn MailboxStore>,
-    shard: ShardId,
+    fence: Arc<ShardFence>,
     targets: Vec<(LaneId, u64)>,
 ) -> Vec<(LaneId, StoreResult<LaneWatermark>)> {
-    let mut advanced = store.advance_watermarks(shard, &targets).await.into_iter();
+    let mut advanced = store.advance_watermarks_fenced(&fence, &targets).await.into_iter();
     crate::failpoint::crash_point("dispatcher::worker_after_advance");
     // Every lane gets an answer, so none is left waiting for one.
     let missing = || Err(StoreError::InvariantViolation("advance_watermarks answered fewer results than lanes".into()));

@@ -33,7 +33,11 @@
 //! - `…:wm` HASH: lane → watermark offset.
 //! - `…:incarnation` string: `<serving>:<nonce>`, made anew when missing or of another copy of
 //!   the data (`serving_prelude.lua`; `shard_incarnation`: what tells a dispatcher the shard's
-//!   state may be lost).
+//!   state may be lost). A [`ShardFence`] is one such marker: the fenced begin, mark and advance
+//!   scripts write nothing (`StateLost`) unless the marker is still the fence and still of the
+//!   copy serving now (`mailbox_fence_prelude.lua`), so a dispatcher that took the shard over
+//!   before Redis lost state can not build on the rolled-back state (move a watermark over
+//!   observations Redis forgot, fix a dispatch's receipt at a later duplicate) before it notices.
 //! - `…:work` HASH: `<message id hex>` → highest observed offset (as the row's `max`) and
 //!   `<message id hex>:<lane>` → chunks of the lane not yet complete (for lanes with work). What
 //!   watermarks and GC need of every dispatch lives in this one shard key, so their scripts read
@@ -82,20 +86,25 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UserId};
 use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
-    MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardId,
+    MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardFence, ShardId,
 };
-use crate::mailbox_store::{ChunkWrite, MailboxStore};
+use crate::mailbox_store::{same_shard, ChunkWrite, MailboxStore};
 use crate::rules::{canonical_groups, range_preamble};
 
 static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_commit.lua")));
 static SCAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_scan.lua")));
 static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_trim.lua")));
-static BEGIN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_begin.lua")));
-static MARK_CHUNKS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_mark_chunks.lua")));
+static BEGIN: LazyLock<Script> = LazyLock::new(|| fenced_script(include_str!("scripts/mailbox_begin.lua")));
+static MARK_CHUNKS: LazyLock<Script> = LazyLock::new(|| fenced_script(include_str!("scripts/mailbox_mark_chunks.lua")));
 static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_progress.lua")));
-static ADVANCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_advance.lua")));
+static ADVANCE: LazyLock<Script> = LazyLock::new(|| fenced_script(include_str!("scripts/mailbox_advance.lua")));
 static GC: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_gc.lua")));
 static GC_DISPATCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_gc_dispatch.lua")));
+
+/// A script that may be fenced: `fence_holds(marker key, fence)` checks a [`ShardFence`].
+fn fenced_script(body: &str) -> Script {
+    super::serving_script(&[include_str!("scripts/mailbox_fence_prelude.lua"), body].concat())
+}
 
 /// Check-and-set attempts before a contended user meta is reported `Unavailable`.
 const MAX_ATTEMPTS: usize = 64;
@@ -189,7 +198,18 @@ impl MailboxStore for RedisMailboxStore {
         manifest: &DispatchManifest,
         observed_offset: u64,
     ) -> StoreResult<DispatchReceipt> {
-        self.begin(epoch, manifest, observed_offset).await
+        self.begin(epoch, manifest, observed_offset, None).await
+    }
+
+    async fn begin_dispatch_fenced(
+        &self,
+        fence: &ShardFence,
+        epoch: ShardEpoch,
+        manifest: &DispatchManifest,
+        observed_offset: u64,
+    ) -> StoreResult<DispatchReceipt> {
+        same_shard(fence, manifest.id.shard)?;
+        self.begin(epoch, manifest, observed_offset, Some(fence)).await
     }
 
     async fn append_chunk(
@@ -202,7 +222,7 @@ impl MailboxStore for RedisMailboxStore {
     }
 
     async fn mark_chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<()> {
-        self.mark_chunks(&[(dispatch, chunk)]).await
+        self.mark_chunks(&[(dispatch, chunk)], None).await
     }
 
     async fn append_chunks(&self, writes: &[ChunkWrite<'_>]) -> StoreResult<usize> {
@@ -210,7 +230,18 @@ impl MailboxStore for RedisMailboxStore {
     }
 
     async fn mark_chunks_completed(&self, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
-        self.mark_chunks(chunks).await
+        self.mark_chunks(chunks, None).await
+    }
+
+    async fn mark_chunks_completed_fenced(
+        &self,
+        fence: &ShardFence,
+        chunks: &[(DispatchId, ChunkId)],
+    ) -> StoreResult<()> {
+        for (dispatch, _) in chunks {
+            same_shard(fence, dispatch.shard)?;
+        }
+        self.mark_chunks(chunks, Some(fence)).await
     }
 
     async fn chunk_completed(&self, dispatch: DispatchId, chunk: ChunkId) -> StoreResult<bool> {
@@ -270,7 +301,16 @@ impl MailboxStore for RedisMailboxStore {
     }
 
     async fn advance_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
-        self.advance(shard, lane, through).await
+        self.advance(shard, lane, through, None).await
+    }
+
+    async fn advance_watermarks_fenced(
+        &self,
+        fence: &ShardFence,
+        targets: &[(LaneId, u64)],
+    ) -> Vec<StoreResult<LaneWatermark>> {
+        let advances = targets.iter().map(|(lane, through)| self.advance(fence.shard, *lane, *through, Some(fence)));
+        futures_util::future::join_all(advances).await
     }
 
     async fn gc_completed_dispatches(

@@ -56,7 +56,7 @@ impl From<StoreError> for ApiError {
             ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
             ErrorKind::InvalidInput => (StatusCode::BAD_REQUEST, "invalid_request"),
             ErrorKind::CursorExpired => (StatusCode::GONE, "cursor_expired"),
-            ErrorKind::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            ErrorKind::Unavailable | ErrorKind::StateLost => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ErrorKind::CorruptEntry | ErrorKind::InvariantViolation => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         if status.is_server_error() {

@@ -11,6 +11,9 @@ use crate::mailbox::{
 use crate::message::MessageKind;
 use crate::{ErrorKind, MailboxStore};
 
+mod fence;
+pub use fence::*;
+
 const EPOCH: ShardEpoch = ShardEpoch(1);
 
 fn seq(position: u64) -> MailboxSeq {

@@ -169,6 +169,7 @@ macro_rules! mailbox_store_contract_suite {
             lanes_advanced_together_answer_like_one_by_one,
             duplicate_observations_hold_the_watermark_until_complete,
             gc_collects_only_dispatches_every_lane_passed,
+            fenced_writes_in_the_shards_incarnation_act_like_unfenced_ones,
         );
     };
 }

@@ -13,7 +13,10 @@ use crate::stack;
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Deletes every Redis key of the run's namespace (`<ns>:*`, the hot tier, commit state, seq
-/// counters and leases, the member cache, mailboxes, watermarks). Returns how many.
+/// counters and leases, the member cache, mailboxes, watermarks) in one `UNLINK`, so services
+/// still running see Redis lose all of it at one instant, as a flush or a restart on an empty
+/// disk would (keys deleted batch by batch over seconds would leave them half a state, which
+/// they rightly refuse as corrupt). Returns how many.
 ///
 /// # Errors
 ///
@@ -22,9 +25,9 @@ pub async fn wipe_redis_namespace(env: &PipelineEnv) -> anyhow::Result<usize> {
     let client = redis::Client::open(env.redis_url.as_str())?;
     let mut con = client.get_multiplexed_async_connection().await.context("connecting to Redis")?;
     let mut cursor: u64 = 0;
-    let mut deleted = 0;
+    let mut keys: Vec<String> = Vec::new();
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
             .arg(format!("{}:*", env.redis_namespace))
@@ -32,15 +35,18 @@ pub async fn wipe_redis_namespace(env: &PipelineEnv) -> anyhow::Result<usize> {
             .arg(1000)
             .query_async(&mut con)
             .await?;
-        if !keys.is_empty() {
-            let n: usize = redis::cmd("UNLINK").arg(&keys).query_async(&mut con).await?;
-            deleted += n;
-        }
+        keys.extend(batch);
         if next == 0 {
-            return Ok(deleted);
+            break;
         }
         cursor = next;
     }
+    keys.sort_unstable();
+    keys.dedup();
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    Ok(redis::cmd("UNLINK").arg(&keys).query_async(&mut con).await?)
 }
 
 /// Drops the run's keyspace and migrates it again: an empty archive.

@@ -8,13 +8,13 @@ use std::collections::HashMap;
 
 use redis::Value;
 
-use super::dispatch::{corrupt, not_begun};
+use super::dispatch::{corrupt, fence_arg, lost, not_begun};
 use super::keys::ShardKeys;
 use super::reply::{number, status};
 use super::{redis_err, user, RedisMailboxStore, MARK_CHUNKS};
 use crate::codec::encode_manifest;
 use crate::error::{StoreError, StoreResult};
-use crate::mailbox::{ChunkId, DispatchId, MailboxEntry, MailboxSeq, ShardId};
+use crate::mailbox::{ChunkId, DispatchId, MailboxEntry, MailboxSeq, ShardFence, ShardId};
 use crate::mailbox_store::ChunkWrite;
 use crate::rules::canonical_groups;
 use crate::rules::distinct_chunk_writes;
@@ -85,17 +85,26 @@ impl RedisMailboxStore {
     /// `mark_chunks_completed`: one script per run of consecutive chunks of one shard, in input
     /// order; each checks all its chunks before marking any, so a refusal leaves only the runs
     /// before it marked (the trait's contract). The dispatcher's batches are one run.
-    pub(super) async fn mark_chunks(&self, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
+    pub(super) async fn mark_chunks(
+        &self,
+        chunks: &[(DispatchId, ChunkId)],
+        fence: Option<&ShardFence>,
+    ) -> StoreResult<()> {
         for run in chunks.chunk_by(|a, b| a.0.shard == b.0.shard) {
-            self.mark_in_shard(run[0].0.shard, run).await?;
+            self.mark_in_shard(run[0].0.shard, run, fence).await?;
         }
         Ok(())
     }
 
-    async fn mark_in_shard(&self, shard: ShardId, chunks: &[(DispatchId, ChunkId)]) -> StoreResult<()> {
+    async fn mark_in_shard(
+        &self,
+        shard: ShardId,
+        chunks: &[(DispatchId, ChunkId)],
+        fence: Option<&ShardFence>,
+    ) -> StoreResult<()> {
         let keys = self.shard_keys(shard);
         let mut inv = MARK_CHUNKS.prepare_invoke();
-        inv.key(&keys.work);
+        inv.key(&keys.work).key(&keys.incarnation).arg(fence_arg(fence));
         let mut dispatches: Vec<DispatchId> = Vec::new();
         for (dispatch, chunk) in chunks {
             let k = match dispatches.iter().position(|d| d == dispatch) {
@@ -125,6 +134,7 @@ impl RedisMailboxStore {
         };
         match code.as_str() {
             "ok" => Ok(()),
+            "lost" => Err(lost(shard)),
             "not_found" => Err(not_begun(&dispatches[which(rest.next(), dispatches.len())?])),
             "invalid" => {
                 let (_, chunk) = chunks[which(rest.next(), chunks.len())?];

@@ -9,7 +9,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::ids::MessageId;
 use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxSeq,
-    ShardEpoch, ShardId,
+    ShardEpoch, ShardFence, ShardId,
 };
 
 pub(super) fn not_begun(id: &DispatchId) -> StoreError {
@@ -22,6 +22,7 @@ impl RedisMailboxStore {
         epoch: ShardEpoch,
         manifest: &DispatchManifest,
         observed_offset: u64,
+        fence: Option<&ShardFence>,
     ) -> StoreResult<DispatchReceipt> {
         let seq = crate::rules::dispatch_seq(epoch, manifest, observed_offset)?;
         let bytes = encode_manifest(manifest);
@@ -30,11 +31,13 @@ impl RedisMailboxStore {
         let (row, _, obs) = keys.dispatch(&manifest.id.message_id);
         let mut inv = BEGIN.prepare_invoke();
         inv.key(&row).key(&obs).key(&keys.sources).key(&keys.src).key(&keys.seen).key(&keys.work);
+        inv.key(&keys.incarnation);
         inv.arg(manifest.id.message_id.to_hex())
             .arg(&bytes)
             .arg(observed_offset.to_string())
             .arg(seq.as_u64().to_string())
-            .arg(now);
+            .arg(now)
+            .arg(fence_arg(fence));
         for (lane, count) in manifest.chunk_counts().iter().enumerate() {
             if *count > 0 {
                 inv.arg(lane).arg(*count);
@@ -57,6 +60,7 @@ impl RedisMailboxStore {
                     duplicate: observed_offset != canonical_offset,
                 })
             }
+            "lost" => Err(lost(manifest.id.shard)),
             "dispatch_conflict" => {
                 Err(StoreError::DispatchConflict(format!("shard {}: {}", manifest.id.shard.0, text(rest.next()))))
             }
@@ -122,7 +126,13 @@ impl RedisMailboxStore {
         }))
     }
 
-    pub(super) async fn advance(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
+    pub(super) async fn advance(
+        &self,
+        shard: ShardId,
+        lane: LaneId,
+        through: u64,
+        fence: Option<&ShardFence>,
+    ) -> StoreResult<LaneWatermark> {
         let keys = self.shard_keys(shard);
         let mut conn = self.conn.clone();
         // Each call inspects at most ADVANCE_BATCH sources and, when they are all complete and
@@ -134,9 +144,11 @@ impl RedisMailboxStore {
                 .key(&keys.sources)
                 .key(&keys.src)
                 .key(&keys.work)
+                .key(&keys.incarnation)
                 .arg(lane.get())
                 .arg(through.to_string())
                 .arg(ADVANCE_BATCH)
+                .arg(fence_arg(fence))
                 .invoke_async(&mut conn)
                 .await
                 .map_err(|e| redis_err("advancing a lane watermark", e))?;
@@ -152,6 +164,7 @@ impl RedisMailboxStore {
                         )));
                     }
                 }
+                "lost" => return Err(lost(shard)),
                 "invalid" => {
                     return Err(StoreError::InvalidInput(format!(
                         "no dispatch was observed at offset {through} of shard {}",
@@ -228,6 +241,19 @@ impl RedisMailboxStore {
         }
         Ok(collected)
     }
+}
+
+/// What a fenced script is given: the fence's marker, or `''` (unfenced).
+pub(super) fn fence_arg(fence: Option<&ShardFence>) -> &str {
+    fence.map_or("", |f| f.incarnation.as_str())
+}
+
+/// A fenced script's `{'lost'}` answer.
+pub(super) fn lost(shard: ShardId) -> StoreError {
+    StoreError::StateLost(format!(
+        "the store's incarnation of shard {} is no longer the fence's (redis restarted, restored, failed over or flushed)",
+        shard.0
+    ))
 }
 
 /// A script's `{'corrupt', reason}` answer.

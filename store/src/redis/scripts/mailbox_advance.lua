@@ -5,9 +5,14 @@
 --
 -- KEYS[1] watermarks HASH (lane -> offset), KEYS[2] sources ZSET, KEYS[3] src HASH,
 -- KEYS[4] work HASH (<id> -> max observed offset, <id>:<lane> -> chunks of the lane not complete)
--- ARGV[1] lane, ARGV[2] through (decimal offset), ARGV[3] most sources inspected
--- Reply: {'ok', through}, {'more', watermark}, {'invalid'}, {'conflict', offset} or
+-- KEYS[5] incarnation marker of the shard
+-- ARGV[1] lane, ARGV[2] through (decimal offset), ARGV[3] most sources inspected, ARGV[4] fence
+-- (mailbox_fence_prelude.lua)
+-- Reply: {'ok', through}, {'more', watermark}, {'lost'}, {'invalid'}, {'conflict', offset} or
 -- {'corrupt', reason}
+if not fence_holds(KEYS[5], ARGV[4]) then
+  return {'lost'}
+end
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 local through = tonumber(ARGV[2])
 if cur then

@@ -6,10 +6,15 @@
 -- KEYS[4] src HASH of the shard (offset -> dispatch id hex)
 -- KEYS[5] seen ZSET of the shard (dispatch id hex, score = last observation ms)
 -- KEYS[6] work HASH of the shard (<id> -> max observed offset, <id>:<lane> -> chunks not complete)
+-- KEYS[7] incarnation marker of the shard
 -- ARGV[1] dispatch id hex, ARGV[2] manifest blob, ARGV[3] observed offset (decimal),
 -- ARGV[4] seq if this is the first observation (decimal u64), ARGV[5] now ms,
--- ARGV[6..] pairs lane, chunk count (lanes with work only)
--- Reply: {'ok', canonical offset, seq}, {'dispatch_conflict', reason} or {'corrupt', reason}
+-- ARGV[6] fence (mailbox_fence_prelude.lua), ARGV[7..] pairs lane, chunk count (lanes with work)
+-- Reply: {'ok', canonical offset, seq}, {'lost'}, {'dispatch_conflict', reason} or
+-- {'corrupt', reason}
+if not fence_holds(KEYS[7], ARGV[6]) then
+  return {'lost'}
+end
 local other = redis.call('HGET', KEYS[4], ARGV[3])
 if other and other ~= ARGV[1] then
   return {'dispatch_conflict', 'offset ' .. ARGV[3] .. ' was already observed as dispatch ' .. other}
@@ -34,7 +39,7 @@ if stored then
 else
   redis.call('HSET', KEYS[1], 'manifest', ARGV[2], 'canonical', ARGV[3], 'seq', ARGV[4], 'max', ARGV[3])
   redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
-  for i = 6, #ARGV, 2 do
+  for i = 7, #ARGV, 2 do
     redis.call('HSET', KEYS[1], 'n:' .. ARGV[i], ARGV[i + 1])
     redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 1])
   end
