@@ -48,26 +48,48 @@ pub enum Start {
     Offsets(Vec<(i32, i64)>),
 }
 
-impl Start {
-    /// Parses the command line after `replay`.
-    pub fn parse(args: &[String]) -> Result<Self, String> {
-        match args {
-            [flag, value] if flag == "--from" && value == "earliest" => Ok(Start::Earliest),
-            [flag, value] if flag == "--from-time" => parse_time(value).map(Start::Time),
-            [flag, value] if flag == "--offsets" => value
-                .split(',')
-                .map(|pair| {
-                    let (p, o) = pair.split_once(':').ok_or_else(|| format!("{pair:?} is not partition:offset"))?;
-                    let p = p.trim().parse().map_err(|_| format!("{pair:?}: bad partition"))?;
-                    let o = o.trim().parse().map_err(|_| format!("{pair:?}: bad offset"))?;
-                    Ok((p, o))
-                })
-                .collect::<Result<Vec<_>, String>>()
-                .map(Start::Offsets),
-            _ => Err("usage: qim-archiver replay --from earliest | --from-time <RFC 3339 time or ms> | --offsets p:o[,p:o...]"
-                .to_owned()),
+/// The command line of `replay`: exactly one starting point.
+#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct ReplayArgs {
+    /// Every partition from its first retained record (the only value: `earliest`).
+    #[arg(long, value_name = "earliest", value_parser = ["earliest"])]
+    from: Option<String>,
+    /// Every partition from its first record at or after this time: RFC 3339
+    /// (`2026-11-30T12:00:00Z`, any offset) or milliseconds since the epoch.
+    #[arg(long, value_name = "TIME", value_parser = parse_time)]
+    from_time: Option<i64>,
+    /// Only these partitions, from these offsets: `partition:offset[,partition:offset...]`.
+    #[arg(long, value_name = "P:O,...", value_parser = parse_offsets)]
+    offsets: Option<Offsets>,
+}
+
+/// `--offsets`: partition and offset pairs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Offsets(Vec<(i32, i64)>);
+
+impl ReplayArgs {
+    /// Where these arguments start the replay.
+    pub fn start(&self) -> Start {
+        match (&self.from, self.from_time, &self.offsets) {
+            (_, Some(ms), _) => Start::Time(ms),
+            (_, _, Some(Offsets(pairs))) => Start::Offsets(pairs.clone()),
+            _ => Start::Earliest,
         }
     }
+}
+
+/// `p:o[,p:o...]`.
+fn parse_offsets(text: &str) -> Result<Offsets, String> {
+    text.split(',')
+        .map(|pair| {
+            let (p, o) = pair.split_once(':').ok_or_else(|| format!("{pair:?} is not partition:offset"))?;
+            let p = p.trim().parse().map_err(|_| format!("{pair:?}: bad partition"))?;
+            let o = o.trim().parse().map_err(|_| format!("{pair:?}: bad offset"))?;
+            Ok((p, o))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map(Offsets)
 }
 
 /// Milliseconds since the epoch, or an RFC 3339 timestamp (`2026-11-30T12:00:00Z`, any offset,
@@ -207,8 +229,8 @@ pub async fn replay(
 }
 
 /// The `replay` subcommand: config → logs → replay with a progress line → final count.
-pub async fn main(args: Vec<String>) -> anyhow::Result<()> {
-    let start = Start::parse(&args).map_err(anyhow::Error::msg)?;
+pub async fn main(args: &ReplayArgs) -> anyhow::Result<()> {
+    let start = args.start();
     let config = ArchiverConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
     qim_store::service::telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
@@ -240,14 +262,28 @@ pub async fn main(args: Vec<String>) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// `replay`'s arguments as the binary parses them.
+    #[derive(clap::Parser)]
+    struct Replay {
+        #[command(flatten)]
+        args: ReplayArgs,
+    }
+
+    fn start(line: &str) -> Result<Start, clap::Error> {
+        use clap::Parser as _;
+        Replay::try_parse_from(std::iter::once("replay").chain(line.split(' '))).map(|r| r.args.start())
+    }
+
     #[test]
     fn starts_parse() {
-        let args = |s: &str| s.split(' ').map(str::to_owned).collect::<Vec<_>>();
-        assert_eq!(Start::parse(&args("--from earliest")), Ok(Start::Earliest));
-        assert_eq!(Start::parse(&args("--from-time 1700000000000")), Ok(Start::Time(1_700_000_000_000)));
-        assert_eq!(Start::parse(&args("--offsets 0:5,2:0")), Ok(Start::Offsets(vec![(0, 5), (2, 0)])));
-        assert!(Start::parse(&args("--offsets 0-5")).is_err());
-        assert!(Start::parse(&args("--from latest")).is_err());
+        assert_eq!(start("--from earliest").unwrap(), Start::Earliest);
+        assert_eq!(start("--from-time 1700000000000").unwrap(), Start::Time(1_700_000_000_000));
+        assert_eq!(start("--from-time 2023-11-14T22:13:20Z").unwrap(), Start::Time(1_700_000_000_000));
+        assert_eq!(start("--offsets 0:5,2:0").unwrap(), Start::Offsets(vec![(0, 5), (2, 0)]));
+        assert!(start("--offsets 0-5").is_err());
+        assert!(start("--from latest").is_err());
+        assert!(start("--from earliest --offsets 0:5").is_err(), "one starting point only");
+        assert!(start("").is_err(), "a starting point is required");
     }
 
     #[test]

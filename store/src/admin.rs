@@ -1,5 +1,5 @@
-//! The administrative subcommands every qim service has, so operators get the same behaviour
-//! from each binary:
+//! What the administrative subcommands every qim service has do (their command line is
+//! `service::cli`), so operators get the same behaviour from each binary:
 //!
 //! - `check-config`: validates the service's documented environment without connecting to
 //!   anything, prints the resolved values (secrets redacted), exits 0; on invalid or unknown
@@ -8,7 +8,6 @@
 //!   keyspace), then re-checks readiness; exits 0, or 1 with the reason.
 
 use std::net::SocketAddr;
-use std::process::ExitCode;
 
 use crate::env::EnvVar;
 use crate::mailbox::MailboxRetention;
@@ -119,50 +118,6 @@ pub async fn migrate_from(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Str
         "keyspace {} ready in data centre {} with replication factor {}",
         config.keyspace, config.local_dc, config.replication_factor
     ))
-}
-
-/// The entry point of a service binary until its own `serve`/`run` exists: handles
-/// `check-config`, `migrate` and `help`; anything else is a usage error (exit 2).
-pub async fn main(service: &str, tables: &[&[EnvVar]], args: impl IntoIterator<Item = String>) -> ExitCode {
-    let lookup = |name: &str| std::env::var(name).ok();
-    let usage = format!("usage: {service} <check-config|migrate|help>\n  check-config  validate the QIM_* environment without connecting\n  migrate       create or verify the Scylla keyspace and tables");
-    match args.into_iter().next().as_deref() {
-        Some("check-config") => match check_environment(tables, &lookup, std::env::vars().map(|(k, _)| k)) {
-            Ok(resolved) => {
-                for (name, value) in resolved {
-                    println!("{name}={value}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(problems) => {
-                for p in problems {
-                    eprintln!("error: {p}");
-                }
-                ExitCode::from(2)
-            }
-        },
-        Some("migrate") => match migrate_from(&lookup).await {
-            Ok(summary) => {
-                println!("{summary}");
-                ExitCode::SUCCESS
-            }
-            Err(why) => {
-                eprintln!("error: {why}");
-                ExitCode::FAILURE
-            }
-        },
-        Some("help" | "--help" | "-h") => {
-            println!("{usage}");
-            ExitCode::SUCCESS
-        }
-        other => {
-            if let Some(word) = other {
-                eprintln!("error: unknown subcommand {word:?}");
-            }
-            eprintln!("{usage}");
-            ExitCode::from(2)
-        }
-    }
 }
 
 #[cfg(test)]

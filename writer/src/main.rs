@@ -2,23 +2,36 @@
 
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+use qim_store::service::cli::{self, AdminCommand};
+
 /// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// qim's writer: commits each chat message (Redis hot tier, then Kafka) and answers at COMMITTED.
+#[derive(Parser)]
+#[command(name = "qim-writer", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (the default).
+    Serve,
+    #[command(flatten)]
+    Admin(AdminCommand),
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli: Cli = cli::parse(qim_writer::config::ENVIRONMENT);
     // Failpoints (`FAILPOINTS=writer::after_record=return(abort)`) are live only in test builds.
     let _failpoints = fail::FailScenario::setup();
-    let mut args = std::env::args().skip(1).peekable();
-    match args.peek().map(String::as_str) {
-        None | Some("serve") => match qim_writer::serve::main().await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
-        _ => qim_store::admin::main("qim-writer", qim_writer::config::ENVIRONMENT, args).await,
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => cli::report(qim_writer::serve::main().await),
+        Command::Admin(admin) => cli::run_admin(qim_writer::config::ENVIRONMENT, &admin).await,
     }
 }

@@ -45,7 +45,22 @@ fn check_config_names_every_bad_variable() {
 fn an_unknown_subcommand_is_a_usage_error() {
     let out = writer(&["serve-everything"], &[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("usage: qim-writer"));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("Usage: qim-writer"), "{stderr}");
+    assert!(stderr.contains("serve-everything"), "the error names the word: {stderr}");
+}
+
+#[test]
+fn help_lists_every_variable_with_its_default() {
+    let out = writer(&["--help"], &[]);
+    assert_eq!(out.status.code(), Some(0));
+    let help = text(&out.stdout);
+    for sub in ["serve", "check-config", "migrate"] {
+        assert!(help.contains(sub), "{sub} missing from: {help}");
+    }
+    for var in qim_writer::config::ENVIRONMENT.iter().flat_map(|t| t.iter()) {
+        assert!(help.contains(&format!("  {} [default:", var.name)), "{} missing from: {help}", var.name);
+    }
 }
 
 #[test]

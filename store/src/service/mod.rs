@@ -1,12 +1,15 @@
 //! The plumbing every qim service shares (feature `service`), so the writer, the archiver and
 //! the mailbox dispatcher behave the same for operators:
 //!
+//! - [`cli`]: the command line (clap): the shared admin subcommands and `--help` listing every
+//!   variable;
 //! - [`telemetry`]: logs (`QIM_LOG` filter) and the Prometheus recorder behind `/metrics`;
 //! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
 //! - [`shutdown`]: SIGTERM/SIGINT → a cancellation token;
 //! - [`settings`]: typed reads of the validated `QIM_*` environment;
 //! - [`startup`]: start-up steps that retry their servers with backoff until a deadline.
 
+pub mod cli;
 pub mod http;
 pub mod settings;
 pub mod shutdown;
