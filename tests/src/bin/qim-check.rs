@@ -5,32 +5,23 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use qim_tests::checker::{self, files};
 
-const USAGE: &str = "usage: qim-check RUN_DIR [--acks FILE]
-  RUN_DIR      a run directory holding env.json, plan.json, acks.json (and workload.json)
-  --acks FILE  check these acknowledgements (a JSON Vec<Ack>) instead of RUN_DIR/acks.json";
-
-fn args() -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
-    let mut dir = None;
-    let mut acks = None;
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--acks" => acks = Some(PathBuf::from(it.next().context("--acks needs a file")?)),
-            "-h" | "--help" | "help" => bail!("{USAGE}"),
-            _ if dir.is_none() && !a.starts_with('-') => dir = Some(PathBuf::from(a)),
-            other => bail!("unexpected argument {other:?}\n{USAGE}"),
-        }
-    }
-    Ok((dir.context(USAGE)?, acks))
+/// Checks a finished run's invariants.
+#[derive(clap::Parser)]
+#[command(name = "qim-check")]
+struct Args {
+    /// A run directory holding env.json, plan.json, acks.json (and workload.json).
+    run_dir: PathBuf,
+    /// Check these acknowledgements (a JSON list of acks) instead of RUN_DIR/acks.json.
+    #[arg(long, value_name = "FILE")]
+    acks: Option<PathBuf>,
 }
 
-async fn run() -> anyhow::Result<bool> {
-    let (dir, acks) = args()?;
-    let mut input = files::load(&dir)?;
-    if let Some(path) = acks {
+async fn run(args: Args) -> anyhow::Result<bool> {
+    let mut input = files::load(&args.run_dir)?;
+    if let Some(path) = args.acks {
         let text = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
         input.acks =
             serde_json::from_slice(&text).with_context(|| format!("{} is not a JSON list of acks", path.display()))?;
@@ -42,7 +33,9 @@ async fn run() -> anyhow::Result<bool> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
+    // A usage error exits 2 (clap's), like a check that could not run.
+    let args: Args = clap::Parser::parse();
+    match run(args).await {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {

@@ -13,13 +13,7 @@
 //!   && cargo run --release -p qim-tests --bin qim-bench -- pipeline [--count N] [--json FILE]
 //! ```
 //!
-//! Options: `--count` commits (default 20000), `--concurrency` tasks in flight (64),
-//! `--conversations` (256), `--payload` bytes (200), `--redis-url` (redis://127.0.0.1:6379/0),
-//! `--scylla-hosts` (127.0.0.1:9042), `--backend` (dispatcher: `both`), `--members` (dispatcher:
-//! members per conversation; default two runs, 5000 and 500), `--tail` (restart: records the
-//! archiver's group is behind, 10000),
-//! `--json FILE` to also write the figures (`pipeline` always writes them, by default to
-//! `target/qim-bench-pipeline.json`).
+//! Options (`qim-bench --help`): [`Args`].
 
 mod archiver;
 mod cpu;
@@ -43,70 +37,63 @@ use qim_tests::latency::Latencies;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Benchmark options.
-#[derive(Clone, Debug)]
-pub struct Args {
-    /// Operations per measured path.
-    pub count: u64,
-    /// Operations in flight at once.
-    pub concurrency: usize,
-    /// Distinct conversations the operations spread over.
-    pub conversations: usize,
-    /// Payload bytes per message.
-    pub payload: usize,
-    /// Redis to measure against.
-    pub redis_url: String,
-    /// Cassandra/ScyllaDB contact points, comma-separated.
-    pub scylla_hosts: String,
-    /// Where to write the figures as JSON, if anywhere.
-    pub json: Option<String>,
-    /// Which backends the dispatcher benchmark runs on: `redis`, `scylla` or `both`.
-    pub backend: String,
-    /// Members per conversation in the dispatcher benchmark (0: one run with 5000, one with 500).
-    pub members: u64,
-    /// Records the archiver's group is behind in the restart benchmark.
-    pub tail: u64,
+/// Which benchmark runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Bench {
+    Redis,
+    Scylla,
+    Writer,
+    Archiver,
+    Dispatcher,
+    Pipeline,
+    Restart,
 }
 
-impl Args {
-    fn parse(mut words: impl Iterator<Item = String>) -> anyhow::Result<(String, Self)> {
-        let what = words.next().context(
-            "usage: qim-bench redis|scylla|writer|archiver|dispatcher|pipeline|restart [options] (see the module docs)",
-        )?;
-        let mut args = Args {
-            count: 20_000,
-            concurrency: 64,
-            conversations: 256,
-            payload: 200,
-            redis_url: "redis://127.0.0.1:6379/0".into(),
-            scylla_hosts: "127.0.0.1:9042".into(),
-            json: None,
-            backend: "both".into(),
-            members: 0,
-            tail: 10_000,
-        };
-        while let Some(flag) = words.next() {
-            let value = words.next().with_context(|| format!("{flag} needs a value"))?;
-            let number = || value.parse::<u64>().with_context(|| format!("{flag} {value:?} is not a whole number"));
-            match flag.as_str() {
-                "--count" => args.count = number()?,
-                "--concurrency" => args.concurrency = number()? as usize,
-                "--conversations" => args.conversations = number()? as usize,
-                "--payload" => args.payload = number()? as usize,
-                "--redis-url" => args.redis_url = value,
-                "--scylla-hosts" => args.scylla_hosts = value,
-                "--json" => args.json = Some(value),
-                "--backend" => args.backend = value,
-                "--members" => args.members = number()?,
-                "--tail" => args.tail = number()?,
-                other => bail!("unknown option {other}"),
-            }
-        }
-        if args.concurrency == 0 || args.conversations == 0 || args.count < args.concurrency as u64 {
-            bail!("need --concurrency ≥ 1, --conversations ≥ 1 and --count ≥ --concurrency");
-        }
-        Ok((what, args))
-    }
+/// The command line: a benchmark and its options.
+#[derive(clap::Parser)]
+#[command(name = "qim-bench", about = "How fast qim's paths are against the raw primitives they are built from")]
+struct Cli {
+    /// The benchmark to run.
+    #[arg(value_enum)]
+    bench: Bench,
+    #[command(flatten)]
+    args: Args,
+}
+
+/// Benchmark options.
+#[derive(Clone, Debug, clap::Args)]
+pub struct Args {
+    /// Operations per measured path (at least --concurrency).
+    #[arg(long, default_value_t = 20_000)]
+    pub count: u64,
+    /// Operations in flight at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub concurrency: usize,
+    /// Distinct conversations the operations spread over.
+    #[arg(long, default_value_t = 256, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub conversations: usize,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 200)]
+    pub payload: usize,
+    /// Redis to measure against.
+    #[arg(long, default_value = "redis://127.0.0.1:6379/0")]
+    pub redis_url: String,
+    /// Cassandra/ScyllaDB contact points, comma-separated.
+    #[arg(long, default_value = "127.0.0.1:9042")]
+    pub scylla_hosts: String,
+    /// Where to write the figures as JSON, if anywhere (`pipeline` always writes them, by
+    /// default to `target/qim-bench-pipeline.json`).
+    #[arg(long)]
+    pub json: Option<String>,
+    /// Which backends the dispatcher benchmark runs on: `redis`, `scylla` or `both`.
+    #[arg(long, default_value = "both", value_parser = ["redis", "scylla", "both"])]
+    pub backend: String,
+    /// Members per conversation in the dispatcher benchmark (0: one run with 5000, one with 500).
+    #[arg(long, default_value_t = 0)]
+    pub members: u64,
+    /// Records the archiver's group is behind in the restart benchmark.
+    #[arg(long, default_value_t = 10_000)]
+    pub tail: u64,
 }
 
 /// Throughput and latency of one measured path.
@@ -165,20 +152,21 @@ pub fn ms(d: Duration) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let (what, args) = Args::parse(std::env::args().skip(1))?;
-    let figures = match what.as_str() {
-        "redis" => redis::run(&args).await?,
-        "scylla" => scylla::run(&args).await?,
-        "writer" => writer::run(&args).await?,
-        "archiver" => archiver::run(&args).await?,
-        "dispatcher" => dispatcher::run(&args).await?,
-        "pipeline" => pipeline::run(&args).await?,
-        "restart" => restart::run(&args).await?,
-        other => {
-            bail!("unknown benchmark {other:?} (known: redis, scylla, writer, archiver, dispatcher, pipeline, restart)")
-        }
+    let Cli { bench, args } = clap::Parser::parse();
+    if args.count < args.concurrency as u64 {
+        bail!("need --count ≥ --concurrency");
+    }
+    let figures = match bench {
+        Bench::Redis => redis::run(&args).await?,
+        Bench::Scylla => scylla::run(&args).await?,
+        Bench::Writer => writer::run(&args).await?,
+        Bench::Archiver => archiver::run(&args).await?,
+        Bench::Dispatcher => dispatcher::run(&args).await?,
+        Bench::Pipeline => pipeline::run(&args).await?,
+        Bench::Restart => restart::run(&args).await?,
     };
-    let json = args.json.clone().or_else(|| (what == "pipeline").then(|| "target/qim-bench-pipeline.json".to_owned()));
+    let json =
+        args.json.clone().or_else(|| (bench == Bench::Pipeline).then(|| "target/qim-bench-pipeline.json".to_owned()));
     if let Some(path) = &json {
         std::fs::write(path, serde_json::to_vec_pretty(&figures)?).with_context(|| format!("writing {path}"))?;
         println!("figures written to {path}");

@@ -12,7 +12,6 @@ mod progress;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use qim_tests::checker::{self, files, CheckInput};
 use qim_tests::services::{Pipeline, PipelineEnv, ServiceBinaries};
 use qim_tests::workload::{self, Plan};
@@ -24,32 +23,23 @@ const PAIRS: usize = 400;
 /// One send in this many is retried with the same client message id.
 const RETRY_EVERY: usize = 10;
 
+/// The demo: the three services in release, a workload, the checker's verdict.
+#[derive(clap::Parser)]
+#[command(name = "qim-demo")]
 struct Args {
+    /// Messages to send.
+    #[arg(long, default_value_t = 6000, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     messages: usize,
+    /// Seed of the workload (the same seed, the same plan).
+    #[arg(long, default_value_t = 2026)]
     seed: u64,
+    /// Sends in flight at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     concurrency: usize,
 }
 
-fn args() -> anyhow::Result<Args> {
-    let mut a = Args { messages: 6000, seed: 2026, concurrency: 64 };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
-        match flag.as_str() {
-            "--messages" => a.messages = value()?.parse().context("--messages")?,
-            "--seed" => a.seed = value()?.parse().context("--seed")?,
-            "--concurrency" => a.concurrency = value()?.parse().context("--concurrency")?,
-            other => bail!("unknown argument {other:?}; usage: qim-demo [--messages N] [--seed S] [--concurrency C]"),
-        }
-    }
-    if a.messages == 0 || a.concurrency == 0 {
-        bail!("--messages and --concurrency must be at least 1");
-    }
-    Ok(a)
-}
-
 async fn run() -> anyhow::Result<bool> {
-    let a = args()?;
+    let a: Args = clap::Parser::parse();
     let bins = ServiceBinaries::locate()?;
     println!("==> a fresh run: its own Redis namespace, topics, keyspace and ports");
     let env = PipelineEnv::fresh("demo").await?;
