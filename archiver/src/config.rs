@@ -3,50 +3,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_store::env::{EnvVar, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_store::env::{EnvVar, ARCHIVER_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
 use qim_store::service::settings::Settings;
-
-/// Variables only the archiver reads.
-pub const ARCHIVER_ENV: &[EnvVar] = &[
-    EnvVar {
-        name: "QIM_ARCHIVER_HTTP_ADDR",
-        default: Some("127.0.0.1:8081"),
-        doc: "Listen address of `/metrics`, `/healthz` and `/readyz`.",
-    },
-    EnvVar {
-        name: "QIM_DLQ_TOPIC",
-        default: Some("qim.messages.dlq.v1"),
-        doc: "Dead-letter topic for records that can not be decoded or validated.",
-    },
-    EnvVar {
-        name: "QIM_ARCHIVER_BATCH_RECORDS",
-        default: Some("1000"),
-        doc: "Most records one batch takes from all assigned partitions together (1..=10000).",
-    },
-    EnvVar {
-        name: "QIM_ARCHIVER_BATCH_WAIT_MILLIS",
-        default: Some("20"),
-        doc: "How long a batch waits for more records after its first (1..=10000 ms).",
-    },
-    EnvVar {
-        name: "QIM_ARCHIVER_WRITE_CONCURRENCY",
-        default: Some("128"),
-        doc: "CQL writes in flight per partition batch (1..=4096).",
-    },
-    EnvVar {
-        name: "QIM_ARCHIVER_HOLE_GRACE_SECS",
-        default: Some("600"),
-        doc: "A seq missing from both tiers counts as a hole (not a record still being written) once a later seq is this old (1..=3600).",
-    },
-    EnvVar {
-        name: "QIM_ARCHIVER_TRIM_INTERVAL_SECS",
-        default: Some("30"),
-        doc: "How often the archiver trims the hot tier's window up to the archived watermarks (1..=3600).",
-    },
-];
 
 /// Every variable the archiver reads, as documented in the README.
 pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, ARCHIVER_ENV];

@@ -6,65 +6,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_store::env::{EnvVar, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_store::env::{EnvVar, DISPATCHER_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
 use qim_store::mailbox::{MailboxRetention, ShardEpoch};
 use qim_store::redis::RedisConfig;
 use qim_store::scylla::ScyllaConfig;
 use qim_store::service::settings::Settings;
-
-/// Variables only the mailbox dispatcher reads.
-pub const DISPATCHER_ENV: &[EnvVar] = &[
-    EnvVar {
-        name: "QIM_DISPATCHER_HTTP_ADDR",
-        default: Some("127.0.0.1:8082"),
-        doc: "Listen address of the mailbox read API and `/metrics`.",
-    },
-    EnvVar {
-        name: "QIM_MAILBOX_SHARDS",
-        default: Some("8"),
-        doc: "Mailbox shards = partitions of the dispatch topic; 64 lanes per shard, fixed.",
-    },
-    EnvVar {
-        name: "QIM_DISPATCH_TOPIC",
-        default: Some("qim.mailbox.dispatch.v1"),
-        doc: "Per-shard dispatch records, partition = shard.",
-    },
-    EnvVar {
-        name: "QIM_MAILBOX_RETENTION_DAYS",
-        default: Some("30"),
-        doc: "Days a mailbox entry lives (1..=30, to the end of that UTC day); older cursors get 410.",
-    },
-    EnvVar {
-        name: "QIM_DISPATCHER_GROUP",
-        default: Some("qim-mailbox-dispatcher"),
-        doc: "Kafka consumer group prefix: the router joins `<group>.router`, shard workers `<group>.shards`.",
-    },
-    EnvVar {
-        name: "QIM_DISPATCHER_DLQ_TOPIC",
-        default: Some("qim.mailbox.dlq.v1"),
-        doc: "Dead-letter topic for messages and dispatch records the dispatcher refuses (undecodable, conflicting).",
-    },
-    EnvVar {
-        name: "QIM_MAILBOX_EPOCH",
-        default: Some("0"),
-        doc: "Shard epoch of mailbox seqs (0..=65535); raise it only when the dispatch topic restarts its offsets.",
-    },
-    EnvVar {
-        name: "QIM_DISPATCH_CHUNKS_IN_FLIGHT",
-        default: Some("32"),
-        doc: "Chunk batches (of up to 256 entries: one large chunk, or the small chunks of a lane taken together) one shard writes at once (1..=1024).",
-    },
-    EnvVar {
-        name: "QIM_DISPATCH_ADVANCE_MILLIS",
-        default: Some("250"),
-        doc: "How often lane watermarks advance (10..=10000 ms): entries become readable up to this much after they are written; longer pages cost the store fewer reads.",
-    },
-    EnvVar {
-        name: "QIM_DISPATCH_KEEP_HOURS",
-        default: Some("24"),
-        doc: "Hours a completed dispatch is remembered after it was last seen (1..=336); duplicates later than that are renumbered.",
-    },
-];
 
 /// Every variable the mailbox dispatcher reads, as documented in the README.
 pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV, DISPATCHER_ENV];

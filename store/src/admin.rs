@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 
-use crate::env::EnvVar;
+use crate::env::{find, EnvVar, ALL_SERVICES};
 use crate::mailbox::MailboxRetention;
 use crate::retention::RetentionPolicy;
 use crate::scylla::{migrate, open_session, readiness, ScyllaConfig};
@@ -18,6 +18,17 @@ use crate::scylla::{migrate, open_session, readiness, ScyllaConfig};
 const SECRETS: &[&str] = &["QIM_API_TOKEN"];
 /// Prefixes of variables that belong to tests and the local stack, not to services.
 const NOT_SERVICE_VARS: &[&str] = &["QIM_TEST_", "QIM_STACK_"];
+
+/// The documented variable nearest to `name` (a few edits away), if any.
+fn nearest(name: &str) -> Option<&'static str> {
+    ALL_SERVICES
+        .iter()
+        .flat_map(|t| t.iter())
+        .map(|v| (strsim::levenshtein(name, v.name), v.name))
+        .filter(|(distance, _)| *distance <= 3)
+        .min()
+        .map(|(_, near)| near)
+}
 
 /// One problem with the environment, naming the variable.
 pub type Problem = String;
@@ -62,8 +73,9 @@ fn check_value(var: &EnvVar, value: &str) -> Result<(), String> {
 }
 
 /// Checks every variable of `tables` (value from `lookup`, else its default) and flags `QIM_*`
-/// variables in `present` that the service does not read (a typo would otherwise be ignored
-/// silently). Returns the resolved `(name, shown value)` pairs, or every problem found.
+/// variables in `present` that no qim service reads (a typo would otherwise be ignored
+/// silently), suggesting the nearest documented name. A sibling service's variable is accepted
+/// silently, so one environment file can serve all three. Returns the resolved `(name, shown value)` pairs, or every problem found.
 pub fn check_environment(
     tables: &[&[EnvVar]],
     lookup: &dyn Fn(&str) -> Option<String>,
@@ -94,8 +106,11 @@ pub fn check_environment(
     }
     for name in present {
         let ours = name.starts_with("QIM_") && !NOT_SERVICE_VARS.iter().any(|p| name.starts_with(p));
-        if ours && !seen.contains(name.as_str()) {
-            problems.push(format!("{name} is set but this service does not read it (a typo?)"));
+        if ours && !seen.contains(name.as_str()) && find(ALL_SERVICES, &name).is_none() {
+            problems.push(match nearest(&name) {
+                Some(near) => format!("{name} is set but no qim service reads it (did you mean {near}?)"),
+                None => format!("{name} is set but no qim service reads it (a typo?)"),
+            });
         }
     }
     if problems.is_empty() {
@@ -163,6 +178,18 @@ mod tests {
             assert!(problems.iter().any(|p| p.contains(var)), "{var} not reported in {problems:?}");
         }
         assert_eq!(problems.len(), 5, "test and stack variables are not service variables: {problems:?}");
+    }
+
+    #[test]
+    fn a_siblings_variable_is_accepted_and_a_typo_gets_the_nearest_name() {
+        // One environment file for all three services: the dispatcher's variables are fine here.
+        assert!(check(&[("QIM_MAILBOX_SHARDS", "4"), ("QIM_WRITER_HTTP_ADDR", "127.0.0.1:1")]).is_ok());
+        let problems = check(&[("QIM_STOER_BACKEND", "redis"), ("QIM_NOTHING_LIKE_THIS", "1")]).unwrap_err();
+        assert!(
+            problems.iter().any(|p| p.contains("QIM_STOER_BACKEND") && p.contains("did you mean QIM_STORE_BACKEND?")),
+            "{problems:?}"
+        );
+        assert!(problems.iter().any(|p| p.contains("QIM_NOTHING_LIKE_THIS") && p.contains("a typo?")), "{problems:?}");
     }
 
     #[test]

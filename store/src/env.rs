@@ -113,14 +113,145 @@ pub fn find<'a>(tables: &[&'a [EnvVar]], name: &str) -> Option<&'a EnvVar> {
     tables.iter().flat_map(|t| t.iter()).find(|v| v.name == name)
 }
 
+/// Variables only the writer reads.
+pub const WRITER_ENV: &[EnvVar] = &[
+    EnvVar {
+        name: "QIM_WRITER_HTTP_ADDR",
+        default: Some("127.0.0.1:8080"),
+        doc: "Listen address of the writer's HTTP API and `/metrics`.",
+    },
+    EnvVar {
+        name: "QIM_MAX_BODY_BYTES",
+        default: Some("65536"),
+        doc: "Largest accepted message body; larger requests get 413.",
+    },
+    EnvVar {
+        name: "QIM_MAX_IN_FLIGHT_COMMITS",
+        default: Some("1024"),
+        doc: "Commits in flight at once; further sends wait.",
+    },
+    EnvVar {
+        name: "QIM_RECOVERY_GRACE_SECS",
+        default: Some("30"),
+        doc: "The recovery loop drives commits left unfinished for longer than this (1..=3600).",
+    },
+    EnvVar {
+        name: "QIM_RECOVERY_INTERVAL_SECS",
+        default: Some("5"),
+        doc: "How often the writer's recovery loop scans for unfinished commits (1..=3600).",
+    },
+    EnvVar {
+        name: "QIM_SEQ_LEASE_BLOCK",
+        default: Some("64"),
+        doc: "Seqs one durable lease covers (2..=1000000): after a Redis loss a conversation skips at most this many; one durable write per this many sends.",
+    },
+];
+
+/// Variables only the archiver reads.
+pub const ARCHIVER_ENV: &[EnvVar] = &[
+    EnvVar {
+        name: "QIM_ARCHIVER_HTTP_ADDR",
+        default: Some("127.0.0.1:8081"),
+        doc: "Listen address of `/metrics`, `/healthz` and `/readyz`.",
+    },
+    EnvVar {
+        name: "QIM_DLQ_TOPIC",
+        default: Some("qim.messages.dlq.v1"),
+        doc: "Dead-letter topic for records that can not be decoded or validated.",
+    },
+    EnvVar {
+        name: "QIM_ARCHIVER_BATCH_RECORDS",
+        default: Some("1000"),
+        doc: "Most records one batch takes from all assigned partitions together (1..=10000).",
+    },
+    EnvVar {
+        name: "QIM_ARCHIVER_BATCH_WAIT_MILLIS",
+        default: Some("20"),
+        doc: "How long a batch waits for more records after its first (1..=10000 ms).",
+    },
+    EnvVar {
+        name: "QIM_ARCHIVER_WRITE_CONCURRENCY",
+        default: Some("128"),
+        doc: "CQL writes in flight per partition batch (1..=4096).",
+    },
+    EnvVar {
+        name: "QIM_ARCHIVER_HOLE_GRACE_SECS",
+        default: Some("600"),
+        doc: "A seq missing from both tiers counts as a hole (not a record still being written) once a later seq is this old (1..=3600).",
+    },
+    EnvVar {
+        name: "QIM_ARCHIVER_TRIM_INTERVAL_SECS",
+        default: Some("30"),
+        doc: "How often the archiver trims the hot tier's window up to the archived watermarks (1..=3600).",
+    },
+];
+
+/// Variables only the mailbox dispatcher reads.
+pub const DISPATCHER_ENV: &[EnvVar] = &[
+    EnvVar {
+        name: "QIM_DISPATCHER_HTTP_ADDR",
+        default: Some("127.0.0.1:8082"),
+        doc: "Listen address of the mailbox read API and `/metrics`.",
+    },
+    EnvVar {
+        name: "QIM_MAILBOX_SHARDS",
+        default: Some("8"),
+        doc: "Mailbox shards = partitions of the dispatch topic; 64 lanes per shard, fixed.",
+    },
+    EnvVar {
+        name: "QIM_DISPATCH_TOPIC",
+        default: Some("qim.mailbox.dispatch.v1"),
+        doc: "Per-shard dispatch records, partition = shard.",
+    },
+    EnvVar {
+        name: "QIM_MAILBOX_RETENTION_DAYS",
+        default: Some("30"),
+        doc: "Days a mailbox entry lives (1..=30, to the end of that UTC day); older cursors get 410.",
+    },
+    EnvVar {
+        name: "QIM_DISPATCHER_GROUP",
+        default: Some("qim-mailbox-dispatcher"),
+        doc: "Kafka consumer group prefix: the router joins `<group>.router`, shard workers `<group>.shards`.",
+    },
+    EnvVar {
+        name: "QIM_DISPATCHER_DLQ_TOPIC",
+        default: Some("qim.mailbox.dlq.v1"),
+        doc: "Dead-letter topic for messages and dispatch records the dispatcher refuses (undecodable, conflicting).",
+    },
+    EnvVar {
+        name: "QIM_MAILBOX_EPOCH",
+        default: Some("0"),
+        doc: "Shard epoch of mailbox seqs (0..=65535); raise it only when the dispatch topic restarts its offsets.",
+    },
+    EnvVar {
+        name: "QIM_DISPATCH_CHUNKS_IN_FLIGHT",
+        default: Some("32"),
+        doc: "Chunk batches (of up to 256 entries: one large chunk, or the small chunks of a lane taken together) one shard writes at once (1..=1024).",
+    },
+    EnvVar {
+        name: "QIM_DISPATCH_ADVANCE_MILLIS",
+        default: Some("250"),
+        doc: "How often lane watermarks advance (10..=10000 ms): entries become readable up to this much after they are written; longer pages cost the store fewer reads.",
+    },
+    EnvVar {
+        name: "QIM_DISPATCH_KEEP_HOURS",
+        default: Some("24"),
+        doc: "Hours a completed dispatch is remembered after it was last seen (1..=336); duplicates later than that are renumbered.",
+    },
+];
+
+/// Every variable of every qim service: a shared environment file may set any of them, and a
+/// service ignores its siblings' (a `QIM_*` name in none of these is refused as a typo).
+pub const ALL_SERVICES: &[&[EnvVar]] =
+    &[STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, WRITER_ENV, ARCHIVER_ENV, DISPATCHER_ENV];
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_documented_variable_is_prefixed_and_unique() {
-        let all: Vec<&EnvVar> =
-            [STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV].iter().flat_map(|t| t.iter()).collect();
+        let all: Vec<&EnvVar> = ALL_SERVICES.iter().flat_map(|t| t.iter()).collect();
         let mut names: Vec<&str> = all.iter().map(|v| v.name).collect();
         names.sort_unstable();
         let before = names.len();

@@ -3,45 +3,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_store::env::{EnvVar, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_store::env::{EnvVar, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV, WRITER_ENV};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
 use qim_store::service::settings::Settings;
-
-/// Variables only the writer reads.
-pub const WRITER_ENV: &[EnvVar] = &[
-    EnvVar {
-        name: "QIM_WRITER_HTTP_ADDR",
-        default: Some("127.0.0.1:8080"),
-        doc: "Listen address of the writer's HTTP API and `/metrics`.",
-    },
-    EnvVar {
-        name: "QIM_MAX_BODY_BYTES",
-        default: Some("65536"),
-        doc: "Largest accepted message body; larger requests get 413.",
-    },
-    EnvVar {
-        name: "QIM_MAX_IN_FLIGHT_COMMITS",
-        default: Some("1024"),
-        doc: "Commits in flight at once; further sends wait.",
-    },
-    EnvVar {
-        name: "QIM_RECOVERY_GRACE_SECS",
-        default: Some("30"),
-        doc: "The recovery loop drives commits left unfinished for longer than this (1..=3600).",
-    },
-    EnvVar {
-        name: "QIM_RECOVERY_INTERVAL_SECS",
-        default: Some("5"),
-        doc: "How often the writer's recovery loop scans for unfinished commits (1..=3600).",
-    },
-    EnvVar {
-        name: "QIM_SEQ_LEASE_BLOCK",
-        default: Some("64"),
-        doc: "Seqs one durable lease covers (2..=1000000): after a Redis loss a conversation skips at most this many; one durable write per this many sends.",
-    },
-];
 
 /// Every variable the writer reads, as documented in the README.
 pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, WRITER_ENV];
