@@ -132,35 +132,38 @@ mod gc;
 mod history;
 mod hot_tier;
 mod inflight;
+mod inspect;
 mod keys;
 mod lease;
+mod reserve;
 mod restore;
 mod scripts;
+mod transitions;
 
 pub use self::hot_tier::TrimReport;
 pub use self::lease::{RecentRecords, SeqLeases, DEFAULT_LEASE_BLOCK};
 pub use self::restore::RestoreReport;
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
 use self::inflight::InFlight;
-use self::keys::{aux_member, Keys};
-use self::lease::{Allocation, Renewals};
-use self::scripts::{answered, bytes, expect_ok, invoke, query, run, status, Batch, Link, Reply};
+use self::keys::Keys;
+use self::lease::Renewals;
+use self::scripts::{expect_ok, invoke, query, Link, Reply};
 use super::{connect_checked, RedisConfig};
 use crate::clock::Clock;
-use crate::codec::{decode_commit, encode_commit, encode_intent, encode_record, encode_request};
+use crate::codec::{decode_commit, encode_request};
 use crate::error::{StoreError, StoreResult};
-use crate::ids::{ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
+use crate::ids::{MessageId, TenantId, UnixMillis, UserId};
 use crate::message::{
     Commit, CommitIntent, CommitKey, CommitRequest, CommitState, ConversationSummary, HistoryPage, HistoryQuery,
     Publication, ReadPosition,
 };
 use crate::message_store::{GcReport, HistoryAuthorizer, MessageStore, COMMIT_AUX_TTL_MILLIS};
 use crate::retention::RetentionPolicy;
-use crate::rules::{check_request, conflict, describe as context, expect_message, expect_state, not_found};
+use crate::rules::{conflict, describe as context};
 
 /// Redis TTL put on a COMMITTED commit hash: a safety net against leaks (a crash before the
 /// commit reached `{commitgc}`), twice the auxiliary TTL the GC enforces on the injected clock.
@@ -272,84 +275,6 @@ impl RedisMessageStore {
         self.policy
     }
 
-    /// The counter of the highest seq issued in a conversation.
-    pub fn seq_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        self.keys.seq(tenant, conversation)
-    }
-
-    /// The HASH holding a conversation's record blobs (field = seq in decimal).
-    #[doc(hidden)]
-    pub fn record_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        self.keys.records(tenant, conversation)
-    }
-
-    /// The ZSET history index of a conversation (member = score = seq).
-    #[doc(hidden)]
-    pub fn index_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        self.keys.index(tenant, conversation)
-    }
-
-    /// The hot-tier lower bound of a conversation (seqs at or below it were trimmed).
-    #[doc(hidden)]
-    pub fn lower_bound_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        self.keys.lower_bound(tenant, conversation)
-    }
-
-    /// The seq lease of a conversation (`<serving>:<through>:<start>`; see [`lease`]).
-    #[doc(hidden)]
-    pub fn lease_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
-        self.keys.lease(tenant, conversation)
-    }
-
-    /// The hash of one commit (`req`, `commit`).
-    #[doc(hidden)]
-    pub fn commit_key(&self, key: &CommitKey) -> String {
-        self.keys.commit(key)
-    }
-
-    /// The recovery index (`{recovery}`).
-    #[doc(hidden)]
-    pub fn recovery_key(&self) -> String {
-        self.keys.recovery()
-    }
-
-    /// The index of COMMITTED commits (`{commitgc}`).
-    #[doc(hidden)]
-    pub fn commit_gc_key(&self) -> String {
-        self.keys.commit_gc()
-    }
-
-    /// The hot-tier expiry index (`{msghistorygc}`).
-    #[doc(hidden)]
-    pub fn history_gc_key(&self) -> String {
-        self.keys.history_gc()
-    }
-
-    /// Test sabotage: removes a record blob, leaving its index entry.
-    #[doc(hidden)]
-    pub async fn sabotage_remove_record(
-        &self,
-        tenant: TenantId,
-        conversation: ConversationId,
-        seq: ConversationSeq,
-    ) -> StoreResult<()> {
-        let cmd = redis::cmd("HDEL").arg(self.keys.records(tenant, conversation)).arg(seq.0).clone();
-        query::<i64>(&self.con, "sabotage: removing a record", &cmd).await.map(drop)
-    }
-
-    /// Test sabotage: replaces a record blob with `bytes`.
-    #[doc(hidden)]
-    pub async fn sabotage_overwrite_record(
-        &self,
-        tenant: TenantId,
-        conversation: ConversationId,
-        seq: ConversationSeq,
-        bytes: Vec<u8>,
-    ) -> StoreResult<()> {
-        let cmd = redis::cmd("HSET").arg(self.keys.records(tenant, conversation)).arg(seq.0).arg(bytes).clone();
-        query::<i64>(&self.con, "sabotage: overwriting a record", &cmd).await.map(drop)
-    }
-
     /// Reads the commit stored under `key`.
     async fn load(&self, key: &CommitKey) -> StoreResult<Option<Stored>> {
         let hash = self.keys.commit(key);
@@ -385,290 +310,6 @@ impl RedisMessageStore {
             redis::cmd("ZRANGEBYSCORE").arg(zset).arg("-inf").arg(max).arg("LIMIT").arg(offset).arg(count).clone();
         query(&self.con, "reading an index", &cmd).await
     }
-
-    /// `reserve` when no seq could be allocated (no lease could be had, a corrupt counter): a
-    /// replay is still answered from the stored commit, a different request is still `Conflict`;
-    /// anything else gets the allocation's error. The recovery entry written alongside (if it
-    /// was) leads nowhere and is collected by the auxiliary GC, unless removed here: only when
-    /// the stored commit shows it is not that commit's entry.
-    async fn reserve_without_seq(
-        &self,
-        request: &CommitRequest,
-        request_bytes: &[u8],
-        member: &str,
-        allocation: StoreError,
-    ) -> StoreResult<Commit> {
-        let key = &request.key;
-        let Some(existing) = self.load(key).await? else { return Err(allocation) };
-        if aux_member(key, existing.commit.intent.created_at) != member {
-            self.give_up_orphan(member).await;
-        }
-        if existing.request_bytes != request_bytes {
-            return Err(conflict(key, "the same key was reserved for different content"));
-        }
-        Ok(existing.commit)
-    }
-
-    /// Counts `seq` as a hole when the key's stored commit (`theirs`) holds another seq: the
-    /// key's claim was lost with Redis state, so the allocation issued a new seq that nothing
-    /// will carry. Then points the claim at the stored commit's seq (best effort), so later
-    /// attempts of the key get that one.
-    async fn abandoned(&self, seq: ConversationSeq, theirs: &CommitIntent) {
-        if theirs.seq == seq {
-            return;
-        }
-        metrics::counter!(crate::metrics::SEQ_ABANDONED).increment(1);
-        let (tenant, conversation) = (theirs.request.key.tenant, theirs.request.conversation);
-        let (claims, times) = (self.keys.claims(tenant, conversation), self.keys.claim_times(tenant, conversation));
-        let (member, life) = (keys::claim(&theirs.request.key), 2 * COMMIT_AUX_TTL_MILLIS);
-        // As message_allocate_seq.lua claims: the claim, its time, and the keys' safety-net TTL.
-        let mut batch = Batch::default();
-        batch.command("HSET").arg(&claims).arg(&member).arg(format!("{}:{}", theirs.seq.0, theirs.created_at.0));
-        batch.command("ZADD").arg(&times).arg(theirs.created_at.0).arg(&member);
-        batch.command("PEXPIRE").arg(&claims).arg(life);
-        batch.command("PEXPIRE").arg(&times).arg(life);
-        if let Err(e) = run(&self.con, "pointing a claim at its commit", batch).await {
-            tracing::debug!(%conversation, error = %e, "pointing a claim at its commit failed");
-        }
-    }
-
-    /// Best effort: removes a recovery entry that leads nowhere (else the auxiliary GC does).
-    async fn give_up_orphan(&self, member: &str) {
-        let _ = self.zrem(&self.keys.recovery(), member).await;
-    }
-
-    /// `put_record` from RESERVED commit `reserved`; `known` when the in-flight knowledge says
-    /// Redis holds exactly that commit.
-    async fn record(&self, key: &CommitKey, reserved: Commit, known: bool) -> StoreResult<Commit> {
-        let known_blob = if known && self.write_record(&reserved.intent, "known").await? {
-            Some(encode_commit(&reserved))
-        } else {
-            None
-        };
-        let read = match known_blob {
-            Some(blob) => blob,
-            None => {
-                let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
-                if encode_intent(&stored.commit.intent) != encode_intent(&reserved.intent) {
-                    return Err(conflict(key, "the intent differs from the reserved one"));
-                }
-                expect_state(key, &stored.commit, CommitState::Reserved)?;
-                if !self.write_record(&reserved.intent, "read").await? {
-                    return Err(StoreError::InvariantViolation(
-                        "message_put_record: 'stale' for a commit just read".to_owned(),
-                    ));
-                }
-                stored.blob
-            }
-        };
-        let mut next = reserved;
-        next.state = CommitState::Recorded;
-        // The transition and the hot-tier registrations, one round trip: the record exists (just
-        // written or found identical), so registering it is right whatever the CAS answers; a
-        // CAS that lands without them leaves them to `mark_committed`.
-        let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &next, 0);
-        self.hot_tier_registrations(&next.intent, &mut batch);
-        let mut replies = run(&self.con, "recording a commit", batch).await?.into_iter();
-        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
-        self.cas_outcome(key, cas)?;
-        let registered = replies.all(|r| r.is_ok());
-        self.inflight.remember(next.clone(), registered);
-        Ok(next)
-    }
-
-    /// Writes the record and index of `intent` (`message_put_record.lua` in `mode`); `false`
-    /// when the script calls the caller's knowledge stale (mode `known` only).
-    async fn write_record(&self, intent: &CommitIntent, mode: &str) -> StoreResult<bool> {
-        let (tenant, conversation) = (intent.request.key.tenant, intent.request.conversation);
-        let expires_at = self.policy.expires_at(intent.request.retention, intent.created_at);
-        let keys = [
-            self.keys.index(tenant, conversation),
-            self.keys.records(tenant, conversation),
-            self.keys.seq(tenant, conversation),
-            self.keys.lower_bound(tenant, conversation),
-            self.keys.gc_tombstones(tenant, conversation),
-            self.keys.lease(tenant, conversation),
-        ];
-        let mut batch = Batch::default();
-        batch
-            .script(&scripts::PUT_RECORD, &keys.each_ref().map(String::as_str))
-            .arg(intent.seq.0)
-            .arg(encode_record(&intent.record(expires_at)))
-            .arg(mode);
-        let [reply] = one(run(&self.con, "writing a history record", batch).await?)?;
-        let reply = answered("writing a history record", reply)?;
-        match status("message_put_record", &Described(&intent.request.key), reply)?.0.as_str() {
-            "ok" => Ok(true),
-            "stale" => Ok(false),
-            other => {
-                Err(StoreError::InvariantViolation(format!("message_put_record: unexpected script status {other:?}")))
-            }
-        }
-    }
-
-    /// `mark_outbox_published` after the publication was checked.
-    async fn outbox(&self, key: &CommitKey, message_id: MessageId, publication: Publication) -> StoreResult<Commit> {
-        let (current, read, registered) = self.recorded(key, message_id).await?;
-        let mut next = current;
-        next.intent.publication = Some(publication);
-        next.state = CommitState::Outboxed;
-        // The transition, with the hot-tier registrations unless this store saw them succeed
-        // at RECORDED: the record exists (the commit is past RECORDED), so registering it is
-        // right whatever the CAS answers; a CAS that lands without them leaves them to
-        // `mark_committed`.
-        let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &next, 0);
-        if !registered {
-            self.hot_tier_registrations(&next.intent, &mut batch);
-        }
-        let mut replies = run(&self.con, "publishing a commit", batch).await?.into_iter();
-        let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
-        self.cas_outcome(key, cas)?;
-        let registered = registered || replies.all(|r| r.is_ok());
-        self.inflight.remember(next.clone(), registered);
-        Ok(next)
-    }
-
-    /// The RECORDED commit under `key` for `message_id`: from the in-flight knowledge, else
-    /// read (and checked). Also its exact stored bytes, and whether this store saw its hot-tier
-    /// registrations succeed.
-    async fn recorded(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<(Commit, Vec<u8>, bool)> {
-        Ok(match self.known(key, CommitState::Recorded, message_id) {
-            Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
-            None => {
-                let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
-                expect_message(key, &stored.commit, message_id)?;
-                expect_state(key, &stored.commit, CommitState::Recorded)?;
-                (stored.commit, stored.blob, false)
-            }
-        })
-    }
-
-    /// `mark_outbox_published_and_committed`: when this store saw the hot-tier registrations
-    /// succeed, ⟨CAS RECORDED → OUTBOXED ‖ CAS OUTBOXED → COMMITTED ‖ ZADD `{commitgc}` ‖
-    /// ZREM settled⟩ in one round trip; otherwise the two steps one after the other.
-    async fn outbox_and_commit(
-        &self,
-        key: &CommitKey,
-        message_id: MessageId,
-        publication: Publication,
-    ) -> StoreResult<Commit> {
-        let known = self.known(key, CommitState::Recorded, message_id).filter(|k| k.registered);
-        let Some(known) = known else {
-            self.outbox(key, message_id, publication).await?;
-            return self.commit(key, message_id).await;
-        };
-        let read = encode_commit(&known.commit);
-        let now = self.clock.now();
-        let mut outboxed = known.commit.clone();
-        outboxed.intent.publication = Some(publication);
-        outboxed.state = CommitState::Outboxed;
-        let mut committed = outboxed.clone();
-        committed.state = CommitState::Committed;
-        committed.committed_at = Some(now);
-        // The second CAS compares against the first one's result, and both address the commit's
-        // slot (one node, in order): COMMITTED lands only on top of this OUTBOXED. Another
-        // driver's step between the two makes the second a Conflict, as two round trips would.
-        let member = aux_member(key, committed.intent.created_at);
-        let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &outboxed, 0);
-        self.cas(&mut batch, key, &encode_commit(&outboxed), &committed, COMMITTED_REDIS_TTL_MILLIS);
-        batch.command("ZADD").arg(self.keys.commit_gc()).arg(now.0).arg(&member);
-        self.unlist_settled(&mut batch);
-        let mut replies = run(&self.con, "publishing and committing a commit", batch).await?.into_iter();
-        let (Some(to_outboxed), Some(to_committed), Some(listed)) = (replies.next(), replies.next(), replies.next())
-        else {
-            return Err(missing("message_commit_cas"));
-        };
-        self.cas_outcome(key, to_outboxed)?;
-        self.cas_outcome(key, to_committed)?;
-        // This commit's recovery entry goes on a later round trip, once both are confirmed.
-        if listed.is_ok() {
-            self.settled.lock().unwrap_or_else(PoisonError::into_inner).push(member);
-        }
-        Ok(committed)
-    }
-
-    /// What the in-flight knowledge says `key` holds, if that is `state` for `message_id`.
-    fn known(&self, key: &CommitKey, state: CommitState, message_id: MessageId) -> Option<Arc<inflight::Known>> {
-        self.inflight.get(key).filter(|k| k.commit.state == state && k.commit.intent.message_id == message_id)
-    }
-
-    /// `mark_committed`.
-    async fn commit(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
-        let now = self.clock.now();
-        let (current, read, registered) = match self.known(key, CommitState::Outboxed, message_id) {
-            Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
-            None => {
-                let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
-                expect_message(key, &stored.commit, message_id)?;
-                expect_state(key, &stored.commit, CommitState::Outboxed)?;
-                (stored.commit, stored.blob, false)
-            }
-        };
-        // (1) The hot-tier registrations strictly before the transition (after it a repeated
-        // step is a Conflict and could never add them), unless this store saw them succeed.
-        if !registered {
-            self.register_hot_tier(&current.intent).await?;
-        }
-        // (2) The transition (with the safety-net TTL) ‖ its `{commitgc}` entry ‖ the recovery
-        // entries of earlier commits whose transition and `{commitgc}` entry were confirmed.
-        let mut next = current;
-        next.state = CommitState::Committed;
-        next.committed_at = Some(now);
-        let member = aux_member(key, next.intent.created_at);
-        let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &next, COMMITTED_REDIS_TTL_MILLIS);
-        batch.command("ZADD").arg(self.keys.commit_gc()).arg(now.0).arg(&member);
-        self.unlist_settled(&mut batch);
-        let [cas, listed, ..] = at_least(run(&self.con, "committing a commit", batch).await?)?;
-        self.cas_outcome(key, cas)?;
-        // (3) This commit's recovery entry goes on a later round trip, once both are confirmed.
-        if listed.is_ok() {
-            self.settled.lock().unwrap_or_else(PoisonError::into_inner).push(member);
-        }
-        Ok(next)
-    }
-
-    /// Adds to `batch` the removal from `{recovery}` of every settled commit (COMMITTED and in
-    /// `{commitgc}`, both confirmed). If the removal fails or never happens, the entries stay:
-    /// the recovery scan skips COMMITTED commits and the auxiliary GC removes them.
-    fn unlist_settled(&self, batch: &mut Batch) {
-        let settled = std::mem::take(&mut *self.settled.lock().unwrap_or_else(PoisonError::into_inner));
-        if !settled.is_empty() {
-            batch.command("ZREM").arg(self.keys.recovery()).arg(settled);
-        }
-    }
-
-    /// Removes from `{recovery}` the entries of commits this store committed whose removal is
-    /// still pending (it rides on the next `mark_committed`; the recovery scan and the auxiliary
-    /// GC also call this). A writer calls it before shutting down; skipping it is harmless.
-    pub async fn flush_settled(&self) -> StoreResult<()> {
-        let mut batch = Batch::default();
-        self.unlist_settled(&mut batch);
-        if batch.is_empty() {
-            return Ok(());
-        }
-        for reply in run(&self.con, "removing settled recovery entries", batch).await? {
-            answered("removing settled recovery entries", reply)?;
-        }
-        Ok(())
-    }
-
-    /// Adds to `batch` the CAS of `key`'s commit from `read` (exact bytes) to `next`.
-    fn cas(&self, batch: &mut Batch, key: &CommitKey, read: &[u8], next: &Commit, redis_ttl_millis: i64) {
-        batch
-            .script(&scripts::COMMIT_CAS, &[&self.keys.commit(key)])
-            .arg(read)
-            .arg(encode_commit(next))
-            .arg(redis_ttl_millis);
-    }
-
-    /// The outcome of a CAS added by [`Self::cas`].
-    fn cas_outcome(&self, key: &CommitKey, reply: Reply) -> StoreResult<()> {
-        expect_ok("message_commit_cas", &Described(key), answered("advancing a commit", reply)?)
-    }
 }
 
 /// A batch's replies, for a batch of `N` commands.
@@ -702,96 +343,7 @@ fn missing(what: &str) -> StoreError {
 #[async_trait]
 impl MessageStore for RedisMessageStore {
     async fn reserve(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
-        check_request(request)?;
-        let key = &request.key;
-        let (tenant, conversation) = (key.tenant, request.conversation);
-        let request_bytes = encode_request(request);
-        // (1) A seq (the key's claim, or a new one) and the recovery entry: one round trip. An
-        // allocation that issued nothing says what its lease needs first; then again, with the
-        // same `created_at` (so the same recovery entry, written again, and no orphan entries).
-        let created_at = self.clock.now();
-        let member = aux_member(key, created_at);
-        let (mut waits, mut prepares) = (0u32, 0u32);
-        let seq = loop {
-            let mut batch = Batch::default();
-            self.allocate_seq(&mut batch, key, conversation, created_at);
-            batch.command("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member);
-            let [allocated, listed] = two(run(&self.con, "reserving a commit", batch).await?)?;
-            let allocation = match self.allocation(conversation, allocated) {
-                Ok(a) => a,
-                Err(e) => return self.reserve_without_seq(request, &request_bytes, &member, e).await,
-            };
-            if let Allocation::Issued { seq, lease, renew } = allocation {
-                if renew {
-                    self.renew_soon(tenant, conversation, lease);
-                }
-                // No commit may exist without its recovery entry: stop here. The seq stays the
-                // key's claim, so a retry gets it again.
-                answered("writing the recovery index", listed)?;
-                break seq;
-            }
-            let exhausted = if matches!(allocation, Allocation::Wait) {
-                waits += 1;
-                (waits > lease::MAX_WAITS).then_some("another caller is still revalidating its seq lease")
-            } else {
-                prepares += 1;
-                (prepares > lease::MAX_PREPARES).then_some("its seq lease kept changing under this send")
-            };
-            if let Some(why) = exhausted {
-                let e =
-                    StoreError::Unavailable { message: format!("conversation {conversation}: {why}"), source: None };
-                return self.reserve_without_seq(request, &request_bytes, &member, e).await;
-            }
-            if let Err(e) = self.prepare_lease(tenant, conversation, allocation, waits).await {
-                return self.reserve_without_seq(request, &request_bytes, &member, e).await;
-            }
-        };
-        let intent =
-            CommitIntent { request: request.clone(), seq, message_id: proposed_id, created_at, publication: None };
-        let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
-        // (2) The commit, if the key is still free.
-        let mut batch = Batch::default();
-        batch.script(&scripts::RESERVE, &[&self.keys.commit(key)]).arg(&request_bytes).arg(encode_commit(&commit));
-        let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
-        let reply = answered("reserving a commit", reply)?;
-        let (outcome, rest) = status("message_reserve", &Described(key), reply)?;
-        match outcome.as_str() {
-            "ok" => {
-                self.inflight.remember(commit.clone(), false);
-                Ok(commit)
-            }
-            "exists" => {
-                // The key was taken (a replay, a racing reserver, another request): nothing was
-                // written. Our recovery entry goes unless it coincides with the stored commit's.
-                let (Some(req), Some(blob)) = (rest.first().and_then(bytes), rest.get(1).and_then(bytes)) else {
-                    return Err(StoreError::InvariantViolation(
-                        "message_reserve: 'exists' without request and commit".to_owned(),
-                    ));
-                };
-                if req != request_bytes.as_slice() {
-                    let theirs = decode_commit(blob).ok().map(|c| c.intent);
-                    if let Some(theirs) = &theirs {
-                        self.abandoned(seq, theirs).await;
-                        if theirs.created_at != created_at {
-                            self.give_up_orphan(&member).await;
-                        }
-                    }
-                    return Err(conflict(key, "the same key was reserved for different content"));
-                }
-                let first = decode_stored(key, req.to_vec(), blob.to_vec())?;
-                self.abandoned(seq, &first.commit.intent).await;
-                if first.commit.intent.created_at != created_at {
-                    self.give_up_orphan(&member).await;
-                }
-                if first.commit.state != CommitState::Committed {
-                    self.inflight.remember(first.commit.clone(), false);
-                }
-                Ok(first.commit)
-            }
-            other => {
-                Err(StoreError::InvariantViolation(format!("message_reserve: unexpected script status {other:?}")))
-            }
-        }
+        self.reserve_commit(request, proposed_id).await
     }
 
     async fn put_record(&self, intent: &CommitIntent) -> StoreResult<Commit> {

@@ -1,0 +1,88 @@
+//! What tests and tools may look at or break in a Redis message store: the names of its keys,
+//! and sabotage of single records (for the invariant checker's own tests). Not for services.
+
+use super::scripts::query;
+use super::RedisMessageStore;
+use crate::error::StoreResult;
+use crate::ids::{ConversationId, ConversationSeq, TenantId};
+use crate::message::CommitKey;
+
+impl RedisMessageStore {
+    /// The counter of the highest seq issued in a conversation.
+    pub fn seq_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.keys.seq(tenant, conversation)
+    }
+
+    /// The HASH holding a conversation's record blobs (field = seq in decimal).
+    #[doc(hidden)]
+    pub fn record_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.keys.records(tenant, conversation)
+    }
+
+    /// The ZSET history index of a conversation (member = score = seq).
+    #[doc(hidden)]
+    pub fn index_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.keys.index(tenant, conversation)
+    }
+
+    /// The hot-tier lower bound of a conversation (seqs at or below it were trimmed).
+    #[doc(hidden)]
+    pub fn lower_bound_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.keys.lower_bound(tenant, conversation)
+    }
+
+    /// The seq lease of a conversation (`<serving>:<through>:<start>`; see [`lease`]).
+    #[doc(hidden)]
+    pub fn lease_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.keys.lease(tenant, conversation)
+    }
+
+    /// The hash of one commit (`req`, `commit`).
+    #[doc(hidden)]
+    pub fn commit_key(&self, key: &CommitKey) -> String {
+        self.keys.commit(key)
+    }
+
+    /// The recovery index (`{recovery}`).
+    #[doc(hidden)]
+    pub fn recovery_key(&self) -> String {
+        self.keys.recovery()
+    }
+
+    /// The index of COMMITTED commits (`{commitgc}`).
+    #[doc(hidden)]
+    pub fn commit_gc_key(&self) -> String {
+        self.keys.commit_gc()
+    }
+
+    /// The hot-tier expiry index (`{msghistorygc}`).
+    #[doc(hidden)]
+    pub fn history_gc_key(&self) -> String {
+        self.keys.history_gc()
+    }
+
+    /// Test sabotage: removes a record blob, leaving its index entry.
+    #[doc(hidden)]
+    pub async fn sabotage_remove_record(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+    ) -> StoreResult<()> {
+        let cmd = redis::cmd("HDEL").arg(self.keys.records(tenant, conversation)).arg(seq.0).clone();
+        query::<i64>(&self.con, "sabotage: removing a record", &cmd).await.map(drop)
+    }
+
+    /// Test sabotage: replaces a record blob with `bytes`.
+    #[doc(hidden)]
+    pub async fn sabotage_overwrite_record(
+        &self,
+        tenant: TenantId,
+        conversation: ConversationId,
+        seq: ConversationSeq,
+        bytes: Vec<u8>,
+    ) -> StoreResult<()> {
+        let cmd = redis::cmd("HSET").arg(self.keys.records(tenant, conversation)).arg(seq.0).arg(bytes).clone();
+        query::<i64>(&self.con, "sabotage: overwriting a record", &cmd).await.map(drop)
+    }
+}

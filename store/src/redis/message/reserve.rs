@@ -1,0 +1,161 @@
+//! `reserve`: the allocation of a seq under the conversation's lease (or the key's claim), then
+//! the commit created if the key is free (see the parent module's "Step order and crash
+//! safety", and [`super::lease`]).
+
+use super::keys::{self, aux_member};
+use super::lease::{self, Allocation};
+use super::scripts::{self, answered, bytes, run, status, Batch};
+use super::{decode_stored, one, two, Described, RedisMessageStore};
+use crate::codec::{decode_commit, encode_commit, encode_request};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{ConversationSeq, MessageId};
+use crate::message::{Commit, CommitIntent, CommitRequest, CommitState};
+use crate::message_store::COMMIT_AUX_TTL_MILLIS;
+use crate::rules::{check_request, conflict};
+
+impl RedisMessageStore {
+    /// [`MessageStore::reserve`](crate::MessageStore::reserve) on Redis.
+    pub(super) async fn reserve_commit(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
+        check_request(request)?;
+        let key = &request.key;
+        let (tenant, conversation) = (key.tenant, request.conversation);
+        let request_bytes = encode_request(request);
+        // (1) A seq (the key's claim, or a new one) and the recovery entry: one round trip. An
+        // allocation that issued nothing says what its lease needs first; then again, with the
+        // same `created_at` (so the same recovery entry, written again, and no orphan entries).
+        let created_at = self.clock.now();
+        let member = aux_member(key, created_at);
+        let (mut waits, mut prepares) = (0u32, 0u32);
+        let seq = loop {
+            let mut batch = Batch::default();
+            self.allocate_seq(&mut batch, key, conversation, created_at);
+            batch.command("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member);
+            let [allocated, listed] = two(run(&self.con, "reserving a commit", batch).await?)?;
+            let allocation = match self.allocation(conversation, allocated) {
+                Ok(a) => a,
+                Err(e) => return self.reserve_without_seq(request, &request_bytes, &member, e).await,
+            };
+            if let Allocation::Issued { seq, lease, renew } = allocation {
+                if renew {
+                    self.renew_soon(tenant, conversation, lease);
+                }
+                // No commit may exist without its recovery entry: stop here. The seq stays the
+                // key's claim, so a retry gets it again.
+                answered("writing the recovery index", listed)?;
+                break seq;
+            }
+            let exhausted = if matches!(allocation, Allocation::Wait) {
+                waits += 1;
+                (waits > lease::MAX_WAITS).then_some("another caller is still revalidating its seq lease")
+            } else {
+                prepares += 1;
+                (prepares > lease::MAX_PREPARES).then_some("its seq lease kept changing under this send")
+            };
+            if let Some(why) = exhausted {
+                let e =
+                    StoreError::Unavailable { message: format!("conversation {conversation}: {why}"), source: None };
+                return self.reserve_without_seq(request, &request_bytes, &member, e).await;
+            }
+            if let Err(e) = self.prepare_lease(tenant, conversation, allocation, waits).await {
+                return self.reserve_without_seq(request, &request_bytes, &member, e).await;
+            }
+        };
+        let intent =
+            CommitIntent { request: request.clone(), seq, message_id: proposed_id, created_at, publication: None };
+        let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
+        // (2) The commit, if the key is still free.
+        let mut batch = Batch::default();
+        batch.script(&scripts::RESERVE, &[&self.keys.commit(key)]).arg(&request_bytes).arg(encode_commit(&commit));
+        let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
+        let reply = answered("reserving a commit", reply)?;
+        let (outcome, rest) = status("message_reserve", &Described(key), reply)?;
+        match outcome.as_str() {
+            "ok" => {
+                self.inflight.remember(commit.clone(), false);
+                Ok(commit)
+            }
+            "exists" => {
+                // The key was taken (a replay, a racing reserver, another request): nothing was
+                // written. Our recovery entry goes unless it coincides with the stored commit's.
+                let (Some(req), Some(blob)) = (rest.first().and_then(bytes), rest.get(1).and_then(bytes)) else {
+                    return Err(StoreError::InvariantViolation(
+                        "message_reserve: 'exists' without request and commit".to_owned(),
+                    ));
+                };
+                if req != request_bytes.as_slice() {
+                    let theirs = decode_commit(blob).ok().map(|c| c.intent);
+                    if let Some(theirs) = &theirs {
+                        self.abandoned(seq, theirs).await;
+                        if theirs.created_at != created_at {
+                            self.give_up_orphan(&member).await;
+                        }
+                    }
+                    return Err(conflict(key, "the same key was reserved for different content"));
+                }
+                let first = decode_stored(key, req.to_vec(), blob.to_vec())?;
+                self.abandoned(seq, &first.commit.intent).await;
+                if first.commit.intent.created_at != created_at {
+                    self.give_up_orphan(&member).await;
+                }
+                if first.commit.state != CommitState::Committed {
+                    self.inflight.remember(first.commit.clone(), false);
+                }
+                Ok(first.commit)
+            }
+            other => {
+                Err(StoreError::InvariantViolation(format!("message_reserve: unexpected script status {other:?}")))
+            }
+        }
+    }
+
+    /// `reserve` when no seq could be allocated (no lease could be had, a corrupt counter): a
+    /// replay is still answered from the stored commit, a different request is still `Conflict`;
+    /// anything else gets the allocation's error. The recovery entry written alongside (if it
+    /// was) leads nowhere and is collected by the auxiliary GC, unless removed here: only when
+    /// the stored commit shows it is not that commit's entry.
+    pub(super) async fn reserve_without_seq(
+        &self,
+        request: &CommitRequest,
+        request_bytes: &[u8],
+        member: &str,
+        allocation: StoreError,
+    ) -> StoreResult<Commit> {
+        let key = &request.key;
+        let Some(existing) = self.load(key).await? else { return Err(allocation) };
+        if aux_member(key, existing.commit.intent.created_at) != member {
+            self.give_up_orphan(member).await;
+        }
+        if existing.request_bytes != request_bytes {
+            return Err(conflict(key, "the same key was reserved for different content"));
+        }
+        Ok(existing.commit)
+    }
+
+    /// Counts `seq` as a hole when the key's stored commit (`theirs`) holds another seq: the
+    /// key's claim was lost with Redis state, so the allocation issued a new seq that nothing
+    /// will carry. Then points the claim at the stored commit's seq (best effort), so later
+    /// attempts of the key get that one.
+    pub(super) async fn abandoned(&self, seq: ConversationSeq, theirs: &CommitIntent) {
+        if theirs.seq == seq {
+            return;
+        }
+        metrics::counter!(crate::metrics::SEQ_ABANDONED).increment(1);
+        let (tenant, conversation) = (theirs.request.key.tenant, theirs.request.conversation);
+        let (claims, times) = (self.keys.claims(tenant, conversation), self.keys.claim_times(tenant, conversation));
+        let (member, life) = (keys::claim(&theirs.request.key), 2 * COMMIT_AUX_TTL_MILLIS);
+        // As message_allocate_seq.lua claims: the claim, its time, and the keys' safety-net TTL.
+        let mut batch = Batch::default();
+        batch.command("HSET").arg(&claims).arg(&member).arg(format!("{}:{}", theirs.seq.0, theirs.created_at.0));
+        batch.command("ZADD").arg(&times).arg(theirs.created_at.0).arg(&member);
+        batch.command("PEXPIRE").arg(&claims).arg(life);
+        batch.command("PEXPIRE").arg(&times).arg(life);
+        if let Err(e) = run(&self.con, "pointing a claim at its commit", batch).await {
+            tracing::debug!(%conversation, error = %e, "pointing a claim at its commit failed");
+        }
+    }
+
+    /// Best effort: removes a recovery entry that leads nowhere (else the auxiliary GC does).
+    pub(super) async fn give_up_orphan(&self, member: &str) {
+        let _ = self.zrem(&self.keys.recovery(), member).await;
+    }
+}
