@@ -74,8 +74,9 @@ fn check_value(var: &EnvVar, value: &str) -> Result<(), String> {
 
 /// Checks every variable of `tables` (value from `lookup`, else its default) and flags `QIM_*`
 /// variables in `present` that no qim service reads (a typo would otherwise be ignored
-/// silently), suggesting the nearest documented name. A sibling service's variable is accepted
-/// silently, so one environment file can serve all three. Returns the resolved `(name, shown value)` pairs, or every problem found.
+/// silently), suggesting the nearest documented name within a few edits. A sibling service's
+/// variable is accepted (not checked: the sibling checks it), so one environment file can
+/// serve all three. Returns the resolved `(name, shown value)` pairs, or every problem found.
 pub fn check_environment(
     tables: &[&[EnvVar]],
     lookup: &dyn Fn(&str) -> Option<String>,

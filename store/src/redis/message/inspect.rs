@@ -31,7 +31,7 @@ impl RedisMessageStore {
         self.keys.lower_bound(tenant, conversation)
     }
 
-    /// The seq lease of a conversation (`<serving>:<through>:<start>`; see [`lease`]).
+    /// The seq lease of a conversation (`<serving>:<through>:<start>`; see [`super::lease`]).
     #[doc(hidden)]
     pub fn lease_key(&self, tenant: TenantId, conversation: ConversationId) -> String {
         self.keys.lease(tenant, conversation)
