@@ -70,7 +70,7 @@ async fn a_different_record_at_an_archived_seq_is_dead_lettered_and_the_original
     let kept = stored(store.session(), &ks, &originals[1]).await.expect("the original is archived");
     assert_eq!(kept.blob, qim_store::codec::encode_record(&originals[1]), "the original, byte for byte");
     let metrics = archiver.metrics().await;
-    let line = "qim_archiver_dead_letters_total{reason=\"conflicting_record\"} 1";
-    assert!(metrics.lines().any(|l| l == line), "{line} missing from /metrics:\n{metrics}");
+    let refused = metrics.sum("qim_archiver_dead_letters_total", &[("reason", "conflicting_record")]);
+    assert_eq!(refused, 1.0, "one conflicting record dead-lettered: {metrics:?}");
     archiver.stop().await.unwrap();
 }

@@ -98,13 +98,14 @@ async fn poison_is_dead_lettered_with_its_reason_and_the_stream_continues() {
     })
     .await;
     let metrics = archiver.metrics().await;
-    for line in [
-        "qim_archiver_dead_letters_total{reason=\"bad_key\"} 3",
-        "qim_archiver_dead_letters_total{reason=\"undecodable\"} 1",
-        "qim_archiver_records_total{outcome=\"archived\"} 4",
-        "qim_archiver_records_total{outcome=\"dead_lettered\"} 6",
+    for (name, label, want) in [
+        ("qim_archiver_dead_letters_total", ("reason", "bad_key"), 3.0),
+        ("qim_archiver_dead_letters_total", ("reason", "undecodable"), 1.0),
+        ("qim_archiver_records_total", ("outcome", "archived"), 4.0),
+        ("qim_archiver_records_total", ("outcome", "dead_lettered"), 6.0),
     ] {
-        assert!(metrics.lines().any(|l| l == line), "{line} missing from /metrics:\n{metrics}");
+        assert_eq!(metrics.values(name, &[label]).len(), 1, "{name}{label:?} exported once: {metrics:?}");
+        assert_eq!(metrics.sum(name, &[label]), want, "{name}{label:?}");
     }
     archiver.stop().await.unwrap();
 }

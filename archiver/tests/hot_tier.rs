@@ -131,11 +131,7 @@ async fn watermarks_pass_old_holes_wait_for_young_ones_and_the_trim_follows() {
     let want: Vec<MessageRecord> = old_records.iter().rev().cloned().collect();
     assert_eq!(seen, want, "the trimmed history reads back from the archive, newest first");
     let metrics = archiver.metrics().await;
-    let trimmed = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("qim_archiver_trimmed_total "))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or_default();
-    assert!(trimmed >= 11.0, "trimmed {trimmed}:\n{metrics}");
+    let trimmed = metrics.sum("qim_archiver_trimmed_total", &[]);
+    assert!(trimmed >= 11.0, "trimmed {trimmed}: {metrics:?}");
     archiver.stop().await.unwrap();
 }

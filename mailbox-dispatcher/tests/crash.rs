@@ -153,7 +153,8 @@ async fn killed_mid_fan_out_then_restarted(kind: Kind) {
     assert!(samples.load(Ordering::Relaxed) > 0, "the sampler checked nothing");
 
     let metrics = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.unwrap().text().await.unwrap();
-    assert!(metrics.contains("qim_dispatcher_entries_written_total"), "{metrics}");
+    let exported = qim_testkit::metrics::Exposition::parse(&metrics).has("qim_dispatcher_entries_written_total", &[]);
+    assert!(exported, "the second dispatcher exports its entry counter: {metrics}");
     second.kill().unwrap();
     second.wait().unwrap();
 

@@ -4,6 +4,10 @@
 //!   defaults), checks that fail loudly naming the server and the command that starts it, and
 //!   unique names for topics, groups, keyspaces and key namespaces.
 //! - [`kafka`]: topics created and ready (every partition has a leader) before a test uses them.
+//! - [`metrics`]: a service's `/metrics` text read back by metric name and labels.
+//! - [`redis`]: a test's key namespace deleted at once.
 
 pub mod kafka;
+pub mod metrics;
+pub mod redis;
 pub mod stack;

@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 
 use qim_store::testsuite::private_redis::PrivateRedis;
 use qim_tests::faults::{self, Load, Shape};
-use qim_tests::services::{
-    metric_values, wipe_redis_namespace, Pipeline, PipelineEnv, Service, ServiceBinaries, ServiceKind,
-};
+use qim_tests::services::{wipe_redis_namespace, Pipeline, PipelineEnv, Service, ServiceBinaries, ServiceKind};
 use qim_tests::workload::{self, Ack, Plan, PlannedSend};
 use rdkafka::admin::AdminOptions;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -143,12 +141,9 @@ async fn after_the_topic_forgot_and_redis_lost_everything_no_seq_is_reissued() {
     }
     // The archiver ran throughout: what it archived and what it refused are in its counters.
     let metrics = pipeline.metrics(ServiceKind::Archiver).await.expect("the archiver's metrics");
-    let samples = |name: &str, label: &str| -> f64 {
-        metric_values(&metrics, name).iter().filter(|(labels, _)| labels.contains(label)).map(|(_, v)| v).sum()
-    };
-    let archived = samples("qim_archiver_records_total", "outcome=\"archived\"");
+    let archived = metrics.sum("qim_archiver_records_total", &[("outcome", "archived")]);
     assert!(archived >= all.len() as f64, "the archiver archived every send ({archived} of {})", all.len());
-    let refused = samples("qim_archiver_dead_letters_total", "reason=\"conflicting_record\"");
+    let refused = metrics.sum("qim_archiver_dead_letters_total", &[("reason", "conflicting_record")]);
     assert_eq!(refused, 0.0, "no record conflicted with an archived one");
     println!(
         "redis loss: {} messages before, {} after, writer ready {ready_in:?} after its restart, \

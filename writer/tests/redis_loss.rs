@@ -8,40 +8,9 @@
 mod support;
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
+use qim_testkit::metrics::Exposition;
 use qim_writer::config::Backend;
 use support::{create_topic, fresh, send_body, Kind, TestWriter};
-
-/// Deletes every key of `namespace` (SCAN, never KEYS: the shared Redis may hold millions).
-async fn wipe_namespace(url: &str, namespace: &str) -> usize {
-    let client = redis::Client::open(url).unwrap();
-    let mut con = client.get_multiplexed_async_connection().await.expect("redis answers");
-    let (mut cursor, mut wiped) = (0u64, 0);
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{namespace}:*"))
-            .arg("COUNT")
-            .arg(10_000)
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        if !keys.is_empty() {
-            redis::cmd("DEL").arg(&keys).query_async::<()>(&mut con).await.unwrap();
-            wiped += keys.len();
-        }
-        if next == 0 {
-            return wiped;
-        }
-        cursor = next;
-    }
-}
-
-fn metric(text: &str, line_start: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(line_start).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("no metric {line_start:?} in:\n{text}"))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_redis_lost_its_state_sends_resume_above_the_durable_mark_and_history_comes_back() {
@@ -55,7 +24,7 @@ async fn after_redis_lost_its_state_sends_resume_above_the_durable_mark_and_hist
         assert_eq!((status, answer["conversation_seq"].as_u64()), (200, Some(n)), "{answer}");
     }
     let Backend::Redis { redis, .. } = &w.config.backend else { unreachable!() };
-    let wiped = wipe_namespace(&redis.url, &redis.namespace).await;
+    let wiped = qim_testkit::redis::wipe_namespace(&redis.url, &redis.namespace).await.expect("wiping the namespace");
     assert!(wiped > 0, "the writer's state was in its namespace");
     let (status, readyz) = w.get("/readyz").await;
     assert_eq!(status, 200, "a Redis loss does not take the writer out of service: {readyz}");
@@ -84,8 +53,9 @@ async fn after_redis_lost_its_state_sends_resume_above_the_durable_mark_and_hist
     assert_eq!(status, 200, "{page}");
     let seqs: Vec<u64> = page["records"].as_array().unwrap().iter().filter_map(|r| r["seq"].as_u64()).collect();
     assert_eq!(seqs, vec![1, 2, 3, next, next + 1], "{page}");
-    let metrics = w.http.get(format!("{}/metrics", w.base)).send().await.unwrap().text().await.unwrap();
-    assert_eq!(metric(&metrics, "qim_store_seq_leases_total{step=\"revalidated\"}"), 1.0, "{metrics}");
-    assert_eq!(metric(&metrics, "qim_store_hot_tier_records_restored_total"), 3.0, "three records restored");
+    let text = w.http.get(format!("{}/metrics", w.base)).send().await.unwrap().text().await.unwrap();
+    let metrics = Exposition::parse(&text);
+    assert_eq!(metrics.sum("qim_store_seq_leases_total", &[("step", "revalidated")]), 1.0, "{text}");
+    assert_eq!(metrics.sum("qim_store_hot_tier_records_restored_total", &[]), 3.0, "three records restored");
     w.stop().await.unwrap();
 }

@@ -130,9 +130,10 @@ impl TestArchiver {
         self.running.take().unwrap().wait().await
     }
 
-    /// The `/metrics` text.
-    pub async fn metrics(&self) -> String {
-        reqwest::get(format!("http://{}/metrics", self.addr)).await.unwrap().text().await.unwrap()
+    /// The `/metrics` page, parsed.
+    pub async fn metrics(&self) -> qim_testkit::metrics::Exposition {
+        let text = reqwest::get(format!("http://{}/metrics", self.addr)).await.unwrap().text().await.unwrap();
+        qim_testkit::metrics::Exposition::parse(&text)
     }
 }
 

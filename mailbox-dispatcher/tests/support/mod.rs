@@ -281,30 +281,7 @@ async fn remove(config: DispatcherConfig) {
     }
     match &config.backend {
         Backend::Redis { redis: r, .. } => {
-            let Ok(client) = redis::Client::open(r.url.as_str()) else { return };
-            let Ok(mut con) = client.get_multiplexed_async_connection().await else { return };
-            let pattern = format!("{}:*", r.namespace);
-            let mut cursor: u64 = 0;
-            loop {
-                let Ok((next, keys)): redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(10_000)
-                    .query_async(&mut con)
-                    .await
-                else {
-                    return;
-                };
-                if !keys.is_empty() {
-                    let _: redis::RedisResult<i64> = redis::cmd("UNLINK").arg(&keys).query_async(&mut con).await;
-                }
-                if next == 0 {
-                    return;
-                }
-                cursor = next;
-            }
+            let _ = qim_testkit::redis::wipe_namespace(&r.url, &r.namespace).await;
         }
         // Only a keyspace generated for this test (an explicit one may be shared).
         Backend::Scylla(s) if std::env::var(qim_store::scylla::config::TEST_KEYSPACE_VAR).is_err() => {

@@ -51,10 +51,8 @@ impl Drop for Cleanup {
         if namespaces.is_empty() {
             return;
         }
-        let Ok(client) = redis::Client::open(url().as_str()) else { return };
-        let Ok(mut con) = client.get_connection() else { return };
         for ns in namespaces {
-            let _ = unlink_namespace(&mut con, &ns);
+            let _ = qim_testkit::redis::wipe_namespace_blocking(&url(), &ns);
         }
     }
 }
@@ -62,28 +60,6 @@ impl Drop for Cleanup {
 /// Deletes every key of `namespace` now (a test's "Redis lost everything").
 #[allow(dead_code)] // not every test binary loses Redis state
 pub fn wipe(namespace: &str) -> usize {
-    let client = redis::Client::open(url().as_str()).unwrap_or_else(|e| panic!("{}", unreachable(&url(), &e)));
-    let mut con = client.get_connection().unwrap_or_else(|e| panic!("{}", unreachable(&url(), &e)));
-    unlink_namespace(&mut con, namespace).unwrap_or_else(|e| panic!("wiping {namespace}: {e}"))
-}
-
-/// Keys one `SCAN` call walks (SCAN's default is 10: one round trip per 10 keys of the database).
-const SCAN_COUNT: usize = 10_000;
-
-/// Unlinks every key of `ns` (one walk of the keyspace, [`SCAN_COUNT`] keys per round trip);
-/// returns how many there were.
-fn unlink_namespace(con: &mut redis::Connection, ns: &str) -> redis::RedisResult<usize> {
-    let pattern = format!("{ns}:*");
-    let (mut cursor, mut unlinked) = (0u64, 0);
-    loop {
-        let (next, keys): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(SCAN_COUNT).query(con)?;
-        if !keys.is_empty() {
-            unlinked += redis::cmd("UNLINK").arg(&keys).query::<usize>(con)?;
-        }
-        if next == 0 {
-            return Ok(unlinked);
-        }
-        cursor = next;
-    }
+    qim_testkit::redis::wipe_namespace_blocking(&url(), namespace)
+        .unwrap_or_else(|e| panic!("wiping {namespace}: {e:#}"))
 }

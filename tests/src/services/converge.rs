@@ -1,4 +1,4 @@
-//! Catching-up checks: consumer-group lag from Kafka, gauges from `/metrics`.
+//! Catching-up checks: consumer-group lag from Kafka.
 
 use std::time::Duration;
 
@@ -53,37 +53,4 @@ pub async fn consumer_group_lag(brokers: &str, group: &str, topic: &str) -> anyh
     })
     .await
     .context("the Kafka lag task panicked")?
-}
-
-/// Every sample of the metric `name` in a Prometheus text exposition, as `(labels, value)`
-/// (`labels` is the raw text between the braces, empty when there are none).
-pub fn metric_values(text: &str, name: &str) -> Vec<(String, f64)> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let rest = l.strip_prefix(name)?;
-            let (labels, value) = if let Some(r) = rest.strip_prefix('{') {
-                let (labels, value) = r.split_once('}')?;
-                (labels.to_owned(), value)
-            } else if rest.starts_with(' ') {
-                (String::new(), rest)
-            } else {
-                return None;
-            };
-            Some((labels, value.split_whitespace().next()?.parse().ok()?))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn samples_are_parsed_by_exact_name() {
-        let text = "# HELP x\nqim_lag{shard=\"0\"} 3\nqim_lag{shard=\"1\"} 0\nqim_lag_total 9\nqim_other 1\n";
-        let v = metric_values(text, "qim_lag");
-        assert_eq!(v, vec![("shard=\"0\"".to_owned(), 3.0), ("shard=\"1\"".to_owned(), 0.0)]);
-        assert_eq!(metric_values(text, "qim_lag_total"), vec![(String::new(), 9.0)]);
-    }
 }

@@ -24,10 +24,11 @@ mod process;
 mod state;
 
 pub use binaries::{ServiceBinaries, BIN_DIR_ENV};
-pub use converge::{consumer_group_lag, metric_values, Lag};
+pub use converge::{consumer_group_lag, Lag};
 pub use env::{PipelineEnv, RUN_DIR_ENV};
 pub use pipeline::Pipeline;
 pub use process::Service;
+pub use qim_testkit::metrics::{Exposition, Histogram};
 pub use state::{recreate_keyspace, rewind_group, run_command, wipe_redis_namespace};
 
 /// One of the three services.

@@ -4,9 +4,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
-use super::converge::{consumer_group_lag, metric_values};
+use super::converge::consumer_group_lag;
 use super::{PipelineEnv, Service, ServiceBinaries, ServiceKind};
 use crate::workload::Ack;
+use qim_testkit::metrics::Exposition;
 
 /// The writer, archiver and dispatcher of one run.
 pub struct Pipeline {
@@ -94,7 +95,8 @@ impl Pipeline {
             Ok(m) => m,
             Err(e) => return Ok(Some(format!("dispatcher metrics unavailable: {e:#}"))),
         };
-        let lagging: Vec<_> = metric_values(&metrics, qim_mailbox_dispatcher::metrics::LANE_WATERMARK_LAG)
+        let lagging: Vec<_> = metrics
+            .values(qim_mailbox_dispatcher::metrics::LANE_WATERMARK_LAG, &[])
             .into_iter()
             .filter(|(_, v)| *v > 0.0)
             .collect();
@@ -104,15 +106,15 @@ impl Pipeline {
         Ok(None)
     }
 
-    /// `kind`'s `/metrics` text.
+    /// `kind`'s `/metrics`, parsed.
     ///
     /// # Errors
     ///
     /// The service does not answer.
-    pub async fn metrics(&self, kind: ServiceKind) -> anyhow::Result<String> {
+    pub async fn metrics(&self, kind: ServiceKind) -> anyhow::Result<Exposition> {
         let url = format!("{}/metrics", self.env.base_url(kind));
         let r = reqwest::Client::new().get(&url).timeout(Duration::from_secs(5)).send().await?;
-        Ok(r.error_for_status()?.text().await?)
+        Ok(Exposition::parse(&r.error_for_status()?.text().await?))
     }
 
     /// SIGTERM to all three (dispatcher, archiver, writer), each expected to exit 0.

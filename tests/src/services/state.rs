@@ -13,40 +13,14 @@ use crate::stack;
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Deletes every Redis key of the run's namespace (`<ns>:*`, the hot tier, commit state, seq
-/// counters and leases, the member cache, mailboxes, watermarks) in one `UNLINK`, so services
-/// still running see Redis lose all of it at one instant, as a flush or a restart on an empty
-/// disk would (keys deleted batch by batch over seconds would leave them half a state, which
-/// they rightly refuse as corrupt). Returns how many.
+/// counters and leases, the member cache, mailboxes, watermarks) at one instant
+/// ([`qim_testkit::redis::wipe_namespace`]). Returns how many.
 ///
 /// # Errors
 ///
 /// Redis does not answer.
 pub async fn wipe_redis_namespace(env: &PipelineEnv) -> anyhow::Result<usize> {
-    let client = redis::Client::open(env.redis_url.as_str())?;
-    let mut con = client.get_multiplexed_async_connection().await.context("connecting to Redis")?;
-    let mut cursor: u64 = 0;
-    let mut keys: Vec<String> = Vec::new();
-    loop {
-        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{}:*", env.redis_namespace))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut con)
-            .await?;
-        keys.extend(batch);
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
-    keys.sort_unstable();
-    keys.dedup();
-    if keys.is_empty() {
-        return Ok(0);
-    }
-    Ok(redis::cmd("UNLINK").arg(&keys).query_async(&mut con).await?)
+    qim_testkit::redis::wipe_namespace(&env.redis_url, &env.redis_namespace).await
 }
 
 /// Drops the run's keyspace and migrates it again: an empty archive.

@@ -28,6 +28,8 @@ use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::Consistency;
 use tokio_util::sync::CancellationToken;
 
+use qim_tests::services::Exposition;
+
 use super::{drive, ms, Args, Measurement};
 
 const PARTITIONS: i32 = 8;
@@ -155,11 +157,8 @@ pub async fn raw_loop(
 /// Records archived so far, from the archiver's `/metrics`.
 async fn archived(http: &reqwest::Client, addr: std::net::SocketAddr) -> anyhow::Result<u64> {
     let text = http.get(format!("http://{addr}/metrics")).send().await?.text().await?;
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix("qim_archiver_records_total{outcome=\"archived\"} "))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0) as u64)
+    let archived = Exposition::parse(&text).sum(qim_archiver::metrics::RECORDS, &[("outcome", "archived")]);
+    Ok(archived as u64)
 }
 
 /// Starts the archiver on the pre-filled topic and measures records/s from its first archived
@@ -247,8 +246,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     };
     let archiver = drain(config, args.count).await?;
 
-    let conn = qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: "qim".into() }).await?;
-    super::redis::cleanup(conn, &namespace).await?;
+    qim_testkit::redis::wipe_namespace(&args.redis_url, &namespace).await?;
     if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", scylla.keyspace), &[]).await {
         eprintln!("warning: could not drop benchmark keyspace {}: {e}", scylla.keyspace);
     }

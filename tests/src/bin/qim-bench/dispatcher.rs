@@ -128,7 +128,7 @@ async fn cleanup(w: &World) {
     let keyspace = match &w.backend {
         Backend::Scylla(c) => c,
         Backend::Redis { redis: c, members } => {
-            if let Err(e) = unlink_namespace(c).await {
+            if let Err(e) = qim_testkit::redis::wipe_namespace(&c.url, &c.namespace).await {
                 eprintln!("warning: could not remove benchmark keys of {}: {e}", c.namespace);
             }
             members
@@ -138,28 +138,6 @@ async fn cleanup(w: &World) {
         if let Err(e) = s.query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", keyspace.keyspace), &[]).await {
             eprintln!("warning: could not drop benchmark keyspace {}: {e}", keyspace.keyspace);
         }
-    }
-}
-
-async fn unlink_namespace(c: &RedisConfig) -> anyhow::Result<()> {
-    let mut conn = redis::Client::open(c.url.as_str())?.get_multiplexed_async_connection().await?;
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{}:*", c.namespace))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        if !keys.is_empty() {
-            redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await?;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
     }
 }
 

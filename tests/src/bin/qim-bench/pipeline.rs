@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use qim_tests::services::{consumer_group_lag, metric_values, Pipeline, PipelineEnv, ServiceBinaries};
+use qim_tests::services::{consumer_group_lag, Exposition, Pipeline, PipelineEnv, ServiceBinaries};
 use qim_tests::workload::{self, Plan};
 use rdkafka::producer::FutureRecord;
 use rdkafka::util::Timeout;
@@ -87,7 +87,8 @@ async fn raw_primitives(args: &Args, env: &PipelineEnv) -> anyhow::Result<Raw> {
             .await?,
         cql: super::archiver::raw_loop(session, inserts, records(args.count), args.concurrency).await?,
     };
-    super::redis::cleanup(conn, &ns).await?;
+    drop(conn);
+    qim_testkit::redis::wipe_namespace(&env.redis_url, &ns).await?;
     super::writer::delete_topic(&env.kafka_brokers, &topic).await?;
     Ok(raw)
 }
@@ -102,7 +103,7 @@ async fn sample_counter(url: String, metric: &'static str, stop: CancellationTok
     while !stop.is_cancelled() {
         if let Ok(r) = http.get(&url).timeout(Duration::from_secs(2)).send().await {
             if let Ok(text) = r.text().await {
-                let v: f64 = metric_values(&text, metric).iter().map(|(_, v)| v).sum();
+                let v = Exposition::parse(&text).sum(metric, &[]);
                 out.push((start.elapsed().as_secs_f64(), v));
             }
         }
@@ -172,7 +173,7 @@ async fn pipeline(args: &Args, bins: &ServiceBinaries, env: &PipelineEnv, plan: 
     let deadline = Instant::now() + DRAIN_TIMEOUT;
     loop {
         let text = reqwest::get(&url).await?.text().await?;
-        let archived: f64 = metric_values(&text, qim_archiver::metrics::RECORDS).iter().map(|(_, v)| v).sum();
+        let archived = Exposition::parse(&text).sum(qim_archiver::metrics::RECORDS, &[]);
         if archived >= in_topic as f64 {
             break;
         }

@@ -16,6 +16,7 @@ use qim_store::message::{CommitKey, CommitRequest, MessageKind, Publication};
 use qim_store::redis::{RedisConfig, RedisMessageStore};
 use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::MessageStore;
+use qim_testkit::redis::wipe_namespace;
 
 use super::{drive, ms, Args, Measurement};
 
@@ -225,7 +226,9 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         let (m, cost) = costed(&mut conn, &store, path).await?;
         through_store.add(per_round, &m, cost);
     }
-    cleanup(conn, &namespace).await?;
+    drop(conn);
+    wipe_namespace(&args.redis_url, &namespace).await?;
+    wipe_namespace(&args.redis_url, &format!("{namespace}w")).await?;
 
     let ratio = through_store.per_second() / raw.per_second();
     let cost = |t: &Totals| t.micros_per_op(t.client_cpu + t.redis_cpu);
@@ -254,26 +257,4 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         "store_redis_cpu_us": through_store.micros_per_op(through_store.redis_cpu),
         "store_round_trips_per_commit": through_store.trips as f64 / through_store.ops as f64,
     }))
-}
-
-/// Unlinks every key under `namespace`.
-pub async fn cleanup(mut conn: redis::aio::ConnectionManager, namespace: &str) -> anyhow::Result<()> {
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{namespace}*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await?;
-        if !keys.is_empty() {
-            redis::cmd("UNLINK").arg(&keys).query_async::<()>(&mut conn).await?;
-        }
-        if next == 0 {
-            return Ok(());
-        }
-        cursor = next;
-    }
 }

@@ -157,8 +157,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", scylla.keyspace), &[]).await {
         eprintln!("warning: could not drop benchmark keyspace {}: {e}", scylla.keyspace);
     }
-    let conn = qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: "qim".into() }).await?;
-    super::redis::cleanup(conn, &namespace).await?;
+    qim_testkit::redis::wipe_namespace(&args.redis_url, &namespace).await?;
 
     let (p50, p99) = Latencies::of(&latencies).p50_p99();
     println!(

@@ -327,7 +327,9 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     shutdown.cancel();
     writer.wait().await?;
     hop.wait().await?;
-    super::redis::cleanup(conn, &namespace).await?;
+    drop(conn);
+    qim_testkit::redis::wipe_namespace(&args.redis_url, &namespace).await?;
+    qim_testkit::redis::wipe_namespace(&args.redis_url, &raw_ns).await?;
     delete_topic(&brokers, &topic).await?;
 
     let ratio = peak.per_second() / raw.per_second();

@@ -5,37 +5,8 @@ use std::time::Duration;
 
 use qim_tests::checker::{Observed, Verdict};
 use qim_tests::latency::Latencies;
-use qim_tests::services::{metric_values, Pipeline, ServiceKind};
+use qim_tests::services::{Histogram, Pipeline, ServiceKind};
 use qim_tests::workload::Report;
-
-/// A Prometheus histogram: cumulative `(upper bound, count)` buckets, sum and count.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    buckets: Vec<(f64, f64)>,
-    sum: f64,
-    count: f64,
-}
-
-impl Histogram {
-    fn read(text: &str, name: &str) -> Self {
-        let mut buckets: Vec<(f64, f64)> = metric_values(text, &format!("{name}_bucket"))
-            .into_iter()
-            .filter_map(|(labels, v)| {
-                let le = labels.split("le=\"").nth(1)?.split('"').next()?;
-                Some((if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? }, v))
-            })
-            .collect();
-        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let one = |n: &str| metric_values(text, n).iter().map(|(_, v)| v).sum();
-        Self { buckets, sum: one(&format!("{name}_sum")), count: one(&format!("{name}_count")) }
-    }
-
-    /// The upper bound of the bucket holding quantile `q` (`None` without samples).
-    fn quantile_bound(&self, q: f64) -> Option<f64> {
-        let target = self.count * q;
-        self.buckets.iter().find(|(_, c)| *c >= target && self.count > 0.0).map(|(le, _)| *le)
-    }
-}
 
 /// Figures read from the services before they stop.
 #[derive(Debug, Default)]
@@ -47,14 +18,13 @@ pub struct ServiceMetrics {
 impl ServiceMetrics {
     /// Reads what it can; a service that does not answer leaves its figures empty.
     pub async fn read(p: &Pipeline) -> Self {
-        let archiver = p.metrics(ServiceKind::Archiver).await.unwrap_or_default();
-        let dispatcher = p.metrics(ServiceKind::Dispatcher).await.unwrap_or_default();
+        let archiver = p.metrics(ServiceKind::Archiver).await.ok();
+        let dispatcher = p.metrics(ServiceKind::Dispatcher).await.ok();
         Self {
-            archive_e2e: Histogram::read(&archiver, qim_archiver::metrics::END_TO_END_SECONDS),
-            entries_written: metric_values(&dispatcher, qim_mailbox_dispatcher::metrics::ENTRIES_WRITTEN)
-                .iter()
-                .map(|(_, v)| v)
-                .sum(),
+            archive_e2e: archiver
+                .map(|m| m.histogram(qim_archiver::metrics::END_TO_END_SECONDS, &[]))
+                .unwrap_or_default(),
+            entries_written: dispatcher.map_or(0.0, |m| m.sum(qim_mailbox_dispatcher::metrics::ENTRIES_WRITTEN, &[])),
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use qim_tests::services::{consumer_group_lag, metric_values, Pipeline, ServiceKind};
+use qim_tests::services::{consumer_group_lag, Pipeline, ServiceKind};
 use qim_tests::workload::Ack;
 
 /// Prints the archiver's, the router's and the shard workers' lag and the entries written once
@@ -19,9 +19,7 @@ pub async fn show_until_converged(pipeline: &Pipeline, acks: &[Ack], timeout: Du
         let shards =
             consumer_group_lag(&e.kafka_brokers, &format!("{}.shards", e.dispatcher_group), &e.dispatch_topic).await?;
         let entries: f64 = match pipeline.metrics(ServiceKind::Dispatcher).await {
-            Ok(text) => {
-                metric_values(&text, qim_mailbox_dispatcher::metrics::ENTRIES_WRITTEN).iter().map(|(_, v)| v).sum()
-            }
+            Ok(metrics) => metrics.sum(qim_mailbox_dispatcher::metrics::ENTRIES_WRITTEN, &[]),
             Err(_) => 0.0,
         };
         line.set_message(format!(
