@@ -18,6 +18,7 @@ use metrics::{counter, histogram};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis};
 use qim_store::message::{MessageRecord, PublishedRecord};
 use qim_store::scylla::ScyllaMessageStore;
+use qim_store::service::retry::Backoff;
 use qim_store::SeqHighWater;
 use tokio_util::sync::CancellationToken;
 
@@ -30,9 +31,9 @@ use crate::watermark::Watermarks;
 /// The dead-letter reason of a record whose coordinates hold another archived record.
 pub const CONFLICTING: &str = "conflicting_record";
 
-/// First retry delay; doubles per attempt.
+/// First retry pause of a batch step; doubles per attempt (with jitter).
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
-/// Longest retry delay.
+/// Retry pauses of a batch step stay below this (the delay doubles to half of it, plus jitter).
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// Which steps of a batch are done.
@@ -252,27 +253,26 @@ impl Processor {
     ) -> Result<Outcome, String> {
         let started = Instant::now();
         let mut progress = Progress::default();
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             match self.apply(batch, &mut progress).await {
                 Ok(()) => break,
                 Err(Failure::Fatal(why)) => return Err(why),
                 Err(Failure::Transient { step, error }) => {
                     counter!(RETRIES, "step" => step).increment(1);
-                    tracing::warn!(partition = batch.partition, step, %error, retry_in = ?backoff, "batch step failed");
+                    let pause = backoff.next_pause();
+                    tracing::warn!(partition = batch.partition, step, %error, retry_in = ?pause, "batch step failed");
                     self.health.set(Some(format!("{step}: {error}")));
-                    tokio::select! {
-                        () = tokio::time::sleep(backoff) => {}
-                        () = shutdown.cancelled() => return Ok(Outcome::Abandoned("shutdown")),
+                    if !Backoff::sleep(pause, shutdown).await {
+                        return Ok(Outcome::Abandoned("shutdown"));
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     if let Some(cause) = still_wanted() {
                         return Ok(Outcome::Abandoned(cause));
                     }
                 }
             }
         }
-        if backoff != FIRST_BACKOFF {
+        if backoff.retried() {
             self.health.set(None);
             tracing::info!(partition = batch.partition, "batch step recovered");
         }

@@ -1,10 +1,10 @@
-//! Retrying a store or Kafka step with capped exponential backoff.
+//! Retrying a store step with the services' one retry policy
+//! ([`qim_store::service::retry::Backoff`]: capped exponential backoff with jitter).
 //!
-//! Only the *backoff* races the cancellation token: a started step always runs to its end, so
+//! Only the pause races the cancellation token: a started step always runs to its end, so
 //! shutdown or a revoked partition never cuts a write in half.
 
 use std::future::Future;
-use std::time::Duration;
 
 use metrics::counter;
 use qim_store::{ErrorKind, StoreError};
@@ -12,34 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::RETRIES;
 
-/// First pause after a failure.
-const FIRST_PAUSE: Duration = Duration::from_millis(50);
-/// Longest pause between attempts.
-const MAX_PAUSE: Duration = Duration::from_secs(5);
-
-/// Capped exponential backoff.
-#[derive(Debug)]
-pub struct Backoff {
-    next: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self { next: FIRST_PAUSE }
-    }
-}
-
-impl Backoff {
-    /// Sleeps the next pause; `false` when `cancel` fired first.
-    pub async fn pause(&mut self, cancel: &CancellationToken) -> bool {
-        let pause = self.next;
-        self.next = (self.next * 2).min(MAX_PAUSE);
-        tokio::select! {
-            () = cancel.cancelled() => false,
-            () = tokio::time::sleep(pause) => true,
-        }
-    }
-}
+pub use qim_store::service::retry::Backoff;
 
 /// Runs `op` until it succeeds or fails with an error `gives_up` accepts (returned to the
 /// caller). Every other failure is counted, logged (a warning when the backend was unavailable,

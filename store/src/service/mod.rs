@@ -7,10 +7,13 @@
 //! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
 //! - [`shutdown`]: SIGTERM/SIGINT → a cancellation token;
 //! - [`settings`]: typed reads of the validated `QIM_*` environment;
-//! - [`startup`]: start-up steps that retry their servers with backoff until a deadline.
+//! - [`startup`]: start-up steps that retry their servers with backoff until a deadline;
+//! - [`retry`]: the pauses between attempts of a step after start-up (backoff with jitter,
+//!   interrupted by a cancellation token).
 
 pub mod cli;
 pub mod http;
+pub mod retry;
 pub mod settings;
 pub mod shutdown;
 pub mod startup;
