@@ -19,7 +19,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
@@ -275,21 +275,38 @@ pub struct Refused<'a> {
     pub key: Option<&'a [u8]>,
     /// The record's value, if any.
     pub value: Option<&'a [u8]>,
+    /// The record's headers (those with a value), kept on the dead letter.
+    pub headers: &'a [(String, Vec<u8>)],
     /// A short stable reason (`undecodable`, `dispatch_conflict`, ...).
     pub reason: &'a str,
+    /// What was wrong, for a person.
+    pub detail: &'a str,
 }
 
-/// Writes `refused` to `dlq_topic` with the reason and source in headers, retrying until the
-/// broker acknowledges it. `false` when `cancel` fired between attempts (nothing is stored then).
+/// A record's headers as [`Refused::headers`] takes them (a header without a value has nothing
+/// to keep).
+pub fn original_headers(headers: Option<&impl Headers>) -> Vec<(String, Vec<u8>)> {
+    let Some(headers) = headers else { return Vec::new() };
+    headers.iter().filter_map(|h| Some((h.key.to_owned(), h.value?.to_vec()))).collect()
+}
+
+/// Writes `refused` to `dlq_topic` as it arrived (key, value and headers) plus the reason, the
+/// source (`topic/partition/offset`) and the detail in headers (the archiver's dead letters
+/// carry the same three), retrying until the broker acknowledges it. `false` when `cancel` fired between attempts (nothing is stored then).
 pub async fn dead_letter(
     producer: &AckedProducer,
     dlq_topic: &str,
     refused: Refused<'_>,
     cancel: &CancellationToken,
 ) -> bool {
-    use qim_store::topic::{HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
+    use qim_store::topic::{HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
     let source = format!("{}/{}/{}", refused.topic, refused.partition, refused.offset);
-    let headers = [(HEADER_DLQ_REASON, refused.reason.as_bytes()), (HEADER_DLQ_SOURCE, source.as_bytes())];
+    let mut headers: Vec<(&str, &[u8])> = refused.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
+    headers.extend([
+        (HEADER_DLQ_REASON, refused.reason.as_bytes()),
+        (HEADER_DLQ_SOURCE, source.as_bytes()),
+        (HEADER_DLQ_DETAIL, refused.detail.as_bytes()),
+    ]);
     let mut backoff = crate::retry::Backoff::default();
     loop {
         let out = Outgoing {

@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::mailbox::{shard_of, DispatchId, DispatchManifest, MailboxSeq, ShardId};
-use qim_store::topic::{dispatch_key, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
+use qim_store::topic::{dispatch_key, HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
 use qim_store::MailboxStore;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
-use support::{fresh, mailbox_of, message, wait_for, watermarks, Fixture, Kind, EPOCH, SHARDS};
+use support::{
+    fresh, mailbox_of, message, wait_for, watermarks, Fixture, Kind, EPOCH, SHARDS, TEST_HEADER, TEST_HEADER_VALUE,
+};
 
 const SHARD: ShardId = ShardId(3);
 
@@ -50,7 +52,8 @@ async fn snapshot(
     out
 }
 
-/// Every dead letter of the fixture: (reason, source) pairs.
+/// Every dead letter of the fixture: (reason, source) pairs, after checking each kept the
+/// refused record's own header and says what was wrong.
 fn dead_letters(f: &Fixture) -> Vec<(String, String)> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", support::brokers())
@@ -70,6 +73,8 @@ fn dead_letters(f: &Fixture) -> Vec<(String, String)> {
                     .map(|v| String::from_utf8_lossy(v).into_owned())
                     .unwrap_or_default()
             };
+            assert_eq!(header(TEST_HEADER).as_bytes(), TEST_HEADER_VALUE, "the refused record's header is kept");
+            assert!(!header(HEADER_DLQ_DETAIL).is_empty(), "a dead letter says what was wrong");
             out.push((header(HEADER_DLQ_REASON), header(HEADER_DLQ_SOURCE)));
         }
     }

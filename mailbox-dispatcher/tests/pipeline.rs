@@ -106,7 +106,7 @@ fn manifest(n: u64, recipients: impl Iterator<Item = u64>) -> DispatchManifest {
 }
 
 fn record(offset: u64, m: &DispatchManifest) -> Record {
-    Record { offset, key: Some(dispatch_key(&m.id).to_vec()), value: Some(encode_manifest(m)) }
+    Record { offset, key: Some(dispatch_key(&m.id).to_vec()), value: Some(encode_manifest(m)), headers: Vec::new() }
 }
 
 /// A pipeline of shard 0 over `store`, and its input.

@@ -33,7 +33,9 @@ use tokio_util::sync::CancellationToken;
 
 use self::route::{encode, manifests, DispatchRecord};
 use crate::config::KafkaConfig;
-use crate::kafka::{consumer_config, dead_letter, AckedProducer, GroupContext, Outgoing, Owned, Refused, SendError};
+use crate::kafka::{
+    consumer_config, dead_letter, original_headers, AckedProducer, GroupContext, Outgoing, Owned, Refused, SendError,
+};
 use crate::metrics::{RETRIES, ROUTER_FANOUT, ROUTER_FANOUT_SHARDS, ROUTER_MESSAGES};
 use crate::retry::{never, retry_store, Backoff};
 
@@ -46,8 +48,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 enum Resolved {
     /// Dispatch records to produce (none for a conversation without members).
     Records(Vec<DispatchRecord>),
-    /// The message is refused: dead-letter it with this reason.
-    Refuse(&'static str),
+    /// The message is refused: dead-letter it with this reason and what was wrong.
+    Refuse(&'static str, String),
 }
 
 /// One message in a window.
@@ -160,7 +162,7 @@ impl Router {
     /// once every record is acknowledged (or the message was dead-lettered).
     async fn deliver(&self, f: &InFlight<Option<Resolved>>, resolved: Resolved) -> JoinHandle<bool> {
         let records = match resolved {
-            Resolved::Refuse(reason) => return self.refuse(f, reason),
+            Resolved::Refuse(reason, detail) => return self.refuse(f, reason, detail),
             Resolved::Records(records) => records,
         };
         let mut pending = Vec::with_capacity(records.len());
@@ -179,7 +181,7 @@ impl Router {
                     Some(Ok(())) => shards += 1,
                     Some(Err(e)) => {
                         tracing::error!(error = %e, partition = r.partition, "a dispatch record was refused by the broker");
-                        return this.dead_letter(&message, "dispatch_rejected", &token).await;
+                        return this.dead_letter(&message, "dispatch_rejected", &e.to_string(), &token).await;
                     }
                     None => return false,
                 }
@@ -193,9 +195,9 @@ impl Router {
         })
     }
 
-    fn refuse(&self, f: &InFlight<Option<Resolved>>, reason: &'static str) -> JoinHandle<bool> {
+    fn refuse(&self, f: &InFlight<Option<Resolved>>, reason: &'static str, detail: String) -> JoinHandle<bool> {
         let (this, message, token) = (self.handles(), Arc::clone(&f.message), f.token.clone());
-        tokio::spawn(async move { this.dead_letter(&message, reason, &token).await })
+        tokio::spawn(async move { this.dead_letter(&message, reason, &detail, &token).await })
     }
 
     fn outgoing<'a>(&'a self, r: &'a DispatchRecord) -> Outgoing<'a> {
@@ -265,14 +267,23 @@ impl Handles {
         }
     }
 
-    async fn dead_letter(&self, m: &OwnedMessage, reason: &'static str, cancel: &CancellationToken) -> bool {
+    async fn dead_letter(
+        &self,
+        m: &OwnedMessage,
+        reason: &'static str,
+        detail: &str,
+        cancel: &CancellationToken,
+    ) -> bool {
+        let headers = original_headers(m.headers());
         let refused = Refused {
             topic: &self.kafka.messages_topic,
             partition: m.partition(),
             offset: m.offset(),
             key: m.key(),
             value: m.payload(),
+            headers: &headers,
             reason,
+            detail,
         };
         let done = dead_letter(&self.producer, &self.kafka.dlq_topic, refused, cancel).await;
         if done {
@@ -295,7 +306,7 @@ async fn resolve(
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(partition = m.partition(), offset = m.offset(), error = %e, "undecodable message");
-            return Some(Resolved::Refuse(e.reason()));
+            return Some(Resolved::Refuse(e.reason(), e.to_string()));
         }
     };
     // `never` gives up, so only cancellation ends this without the members.
@@ -306,7 +317,7 @@ async fn resolve(
         Ok(ms) => Some(Resolved::Records(ms.iter().map(encode).collect())),
         Err(why) => {
             tracing::error!(message_id = %record.message_id, %why, "message can not be dispatched");
-            Some(Resolved::Refuse("too_many_recipients"))
+            Some(Resolved::Refuse("too_many_recipients", why.to_string()))
         }
     }
 }

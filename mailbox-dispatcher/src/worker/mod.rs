@@ -108,6 +108,7 @@ impl ShardWorkers {
                 offset: u64::try_from(m.offset()).unwrap_or_default(),
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec),
+                headers: crate::kafka::original_headers(m.headers()),
             };
             drop(m);
             tokio::select! {

@@ -49,6 +49,8 @@ pub struct Record {
     pub key: Option<Vec<u8>>,
     /// Value bytes.
     pub value: Option<Vec<u8>>,
+    /// Headers (those with a value), kept if the record is dead-lettered.
+    pub headers: Vec<(String, Vec<u8>)>,
 }
 
 /// The outcome of beginning a record.
@@ -80,7 +82,7 @@ pub async fn begin(ctx: Arc<ShardContext>, fence: Arc<ShardFence>, record: Recor
         Ok(m) => Arc::new(m),
         Err(e) => {
             tracing::warn!(shard = shard.0, offset = record.offset, error = %e, "undecodable dispatch record");
-            return refuse(&ctx, shard, &record, e.reason(), "invalid", &cancel).await;
+            return refuse(&ctx, shard, &record, (e.reason(), &e.to_string()), "invalid", &cancel).await;
         }
     };
     let refusal =
@@ -96,7 +98,7 @@ pub async fn begin(ctx: Arc<ShardContext>, fence: Arc<ShardFence>, record: Recor
         Some(Err(e)) => {
             let outcome = if e.kind() == ErrorKind::DispatchConflict { "conflict" } else { "invalid" };
             tracing::error!(shard = shard.0, offset = record.offset, error = %e, "dispatch record refused");
-            return refuse(&ctx, shard, &record, e.kind().as_str(), outcome, &cancel).await;
+            return refuse(&ctx, shard, &record, (e.kind().as_str(), &e.to_string()), outcome, &cancel).await;
         }
     };
     crate::failpoint::crash_point("dispatcher::worker_after_begin");
@@ -125,7 +127,7 @@ async fn refuse(
     ctx: &ShardContext,
     shard: ShardId,
     record: &Record,
-    reason: &str,
+    (reason, detail): (&str, &str),
     outcome: &'static str,
     cancel: &CancellationToken,
 ) -> Begun {
@@ -135,7 +137,9 @@ async fn refuse(
         offset: i64::try_from(record.offset).unwrap_or(i64::MAX),
         key: record.key.as_deref(),
         value: record.value.as_deref(),
+        headers: &record.headers,
         reason,
+        detail,
     };
     if dead_letter(&ctx.producer, &ctx.kafka.dlq_topic, refused, cancel).await {
         counter!(DISPATCHES, "outcome" => outcome).increment(1);

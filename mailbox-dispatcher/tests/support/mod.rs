@@ -223,13 +223,25 @@ impl Fixture {
         .await
     }
 
-    /// Produces arbitrary bytes to a dispatch partition; returns the offset.
+    /// Produces arbitrary bytes to a dispatch partition, with the header [`TEST_HEADER`]; returns
+    /// the offset.
     pub async fn produce_raw_dispatch(&self, partition: i32, key: &[u8], value: &[u8]) -> u64 {
-        let r = FutureRecord::to(&self.config.kafka.dispatch_topic).partition(partition).key(key).payload(value);
+        let headers = rdkafka::message::OwnedHeaders::new()
+            .insert(rdkafka::message::Header { key: TEST_HEADER, value: Some(TEST_HEADER_VALUE) });
+        let r = FutureRecord::to(&self.config.kafka.dispatch_topic)
+            .partition(partition)
+            .key(key)
+            .payload(value)
+            .headers(headers);
         let d = self.producer.send(r, Timeout::After(Duration::from_secs(30))).await.expect("producing a dispatch");
         u64::try_from(d.offset).unwrap()
     }
 }
+
+/// A header every dispatch record the fixture produces carries (a dead letter keeps it).
+pub const TEST_HEADER: &str = "qim-test-producer";
+/// [`TEST_HEADER`]'s value.
+pub const TEST_HEADER_VALUE: &[u8] = b"dispatcher-test-support";
 
 /// A spawned dispatcher binary, killed when dropped: a test that fails midway must not leave it
 /// running (and loading the machine) through the rest of the suite.
