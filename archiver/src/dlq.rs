@@ -74,20 +74,7 @@ impl DeadLetters {
 
     /// Checks `topic` exists (the dead-letter topic, or the one it serves), within `timeout`.
     pub async fn check_topic(&self, topic: &str, timeout: Duration) -> Result<(), String> {
-        let (producer, topic) = (self.producer.clone(), topic.to_owned());
-        tokio::task::spawn_blocking(move || {
-            let md = producer
-                .client()
-                .fetch_metadata(Some(&topic), timeout)
-                .map_err(|e| format!("reading metadata of {topic}: {e}"))?;
-            match md.topics().first() {
-                Some(t) if t.error().is_none() && !t.partitions().is_empty() => Ok(()),
-                Some(t) => Err(format!("topic {topic}: {:?}", t.error())),
-                None => Err(format!("topic {topic} missing from metadata")),
-            }
-        })
-        .await
-        .map_err(|e| format!("metadata task: {e}"))?
+        qim_store::service::kafka::partitions(&self.producer, topic, timeout).await.map(drop)
     }
 
     /// Waits up to `timeout` for queued deliveries.

@@ -119,11 +119,8 @@ pub struct Summary {
 /// Resolves `start` to `(partition, first, end)` triples with records to replay.
 async fn plan(consumer: Arc<StreamConsumer>, topic: String, start: Start) -> anyhow::Result<Vec<(i32, i64, i64)>> {
     tokio::task::spawn_blocking(move || {
-        let md = consumer.fetch_metadata(Some(&topic), KAFKA_TIMEOUT).context("reading topic metadata")?;
-        let partitions: Vec<i32> = md.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
-        if partitions.is_empty() {
-            bail!("topic {topic} has no partitions (does it exist?)");
-        }
+        let partitions = qim_store::service::kafka::partition_ids(consumer.client(), &topic, KAFKA_TIMEOUT)
+            .map_err(anyhow::Error::msg)?;
         let mut bounds = HashMap::new();
         for &p in &partitions {
             bounds.insert(p, consumer.fetch_watermarks(&topic, p, KAFKA_TIMEOUT).context("reading watermarks")?);

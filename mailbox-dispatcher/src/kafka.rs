@@ -242,24 +242,7 @@ impl AckedProducer {
 
     /// The number of partitions of `topic`, read from the cluster within `timeout`.
     pub async fn partitions(&self, topic: &str, timeout: Duration) -> Result<usize, String> {
-        let producer = self.producer.clone();
-        let topic = topic.to_owned();
-        tokio::task::spawn_blocking(move || {
-            let md = producer
-                .client()
-                .fetch_metadata(Some(&topic), timeout)
-                .map_err(|e| format!("reading metadata of {topic}: {e}"))?;
-            let t = md.topics().first().ok_or_else(|| format!("topic {topic} missing from metadata"))?;
-            if let Some(e) = t.error() {
-                return Err(format!("topic {topic}: {e:?}"));
-            }
-            if t.partitions().is_empty() {
-                return Err(format!("topic {topic} does not exist"));
-            }
-            Ok(t.partitions().len())
-        })
-        .await
-        .map_err(|e| format!("metadata task: {e}"))?
+        qim_store::service::kafka::partitions(&self.producer, topic, timeout).await
     }
 }
 

@@ -70,21 +70,7 @@ impl KafkaPublisher {
 
     /// Checks the topic exists and the cluster answers, within `timeout`.
     pub async fn check_topic(&self, timeout: Duration) -> Result<usize, String> {
-        let producer = self.producer.clone();
-        let topic = self.topic.clone();
-        tokio::task::spawn_blocking(move || {
-            let md = producer
-                .client()
-                .fetch_metadata(Some(&topic), timeout)
-                .map_err(|e| format!("reading metadata of {topic}: {e}"))?;
-            let t = md.topics().first().ok_or_else(|| format!("topic {topic} missing from metadata"))?;
-            if let Some(e) = t.error() {
-                return Err(format!("topic {topic}: {e:?}"));
-            }
-            Ok(t.partitions().len())
-        })
-        .await
-        .map_err(|e| format!("metadata task: {e}"))?
+        qim_store::service::kafka::partitions(&self.producer, &self.topic, timeout).await
     }
 
     /// Waits up to `timeout` for every queued record to be delivered.

@@ -121,11 +121,7 @@ fn scan(brokers: &str, topic: &str, archiver_group: &str) -> Result<(ByConversat
         .set("enable.partition.eof", "false")
         .create()
         .map_err(|e| format!("creating a consumer: {e}"))?;
-    let md = reader.fetch_metadata(Some(topic), SCAN_TIMEOUT).map_err(|e| format!("metadata of {topic}: {e}"))?;
-    let partitions: Vec<i32> = md.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
-    if partitions.is_empty() {
-        return Err(format!("topic {topic} has no partitions (does it exist?)"));
-    }
+    let partitions = qim_store::service::kafka::partition_ids(reader.client(), topic, SCAN_TIMEOUT)?;
     let committed = archived_through(brokers, topic, archiver_group, &partitions)?;
     let mut remaining = HashMap::new();
     let mut assignment = TopicPartitionList::new();

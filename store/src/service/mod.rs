@@ -7,12 +7,14 @@
 //! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
 //! - [`shutdown`]: SIGTERM/SIGINT → a cancellation token;
 //! - [`settings`]: typed reads of the validated `QIM_*` environment;
+//! - [`kafka`]: what every service asks the Kafka cluster the same way (a topic's partitions);
 //! - [`startup`]: start-up steps that retry their servers with backoff until a deadline;
 //! - [`retry`]: the pauses between attempts of a step after start-up (backoff with jitter,
 //!   interrupted by a cancellation token).
 
 pub mod cli;
 pub mod http;
+pub mod kafka;
 pub mod retry;
 pub mod settings;
 pub mod shutdown;

@@ -1,0 +1,41 @@
+//! What every service asks the Kafka cluster the same way: which partitions a topic has (the
+//! start-up check that a topic exists, readiness probes, replay and tail-scan plans).
+
+use std::time::Duration;
+
+use rdkafka::client::{Client, ClientContext};
+use rdkafka::producer::{FutureProducer, Producer};
+
+/// The partition ids of `topic`, read from the cluster's metadata within `timeout`. Blocking
+/// (librdkafka waits for the answer): call it on a blocking thread, or use [`partitions`].
+///
+/// # Errors
+///
+/// The cluster does not answer, the topic is missing from the answer or reported with an error
+/// (it does not exist), or it has no partitions; the message names the topic.
+pub fn partition_ids<C: ClientContext>(client: &Client<C>, topic: &str, timeout: Duration) -> Result<Vec<i32>, String> {
+    let md = client.fetch_metadata(Some(topic), timeout).map_err(|e| format!("reading metadata of {topic}: {e}"))?;
+    let t =
+        md.topics().iter().find(|t| t.name() == topic).ok_or_else(|| format!("topic {topic} missing from metadata"))?;
+    if let Some(e) = t.error() {
+        return Err(format!("topic {topic}: {e:?} (does it exist?)"));
+    }
+    let ids: Vec<i32> = t.partitions().iter().map(|p| p.id()).collect();
+    if ids.is_empty() {
+        return Err(format!("topic {topic} has no partitions (does it exist?)"));
+    }
+    Ok(ids)
+}
+
+/// How many partitions `topic` has ([`partition_ids`] on a blocking thread, through `producer`'s
+/// connection to the cluster).
+///
+/// # Errors
+///
+/// As [`partition_ids`].
+pub async fn partitions(producer: &FutureProducer, topic: &str, timeout: Duration) -> Result<usize, String> {
+    let (producer, topic) = (producer.clone(), topic.to_owned());
+    tokio::task::spawn_blocking(move || partition_ids(producer.client(), &topic, timeout).map(|ids| ids.len()))
+        .await
+        .map_err(|e| format!("the metadata task failed: {e}"))?
+}
