@@ -7,16 +7,13 @@
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
+use qim_store::service::kafka::DELIVERY_TIMEOUT;
 use qim_store::topic::{HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
-use rdkafka::config::ClientConfig;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
 use crate::batch::Poison;
-
-/// How long one dead-letter delivery may take before the batch retries.
-const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The producer of the dead-letter topic.
 pub struct DeadLetters {
@@ -28,11 +25,7 @@ pub struct DeadLetters {
 impl DeadLetters {
     /// A producer to `topic` for records read from `source_topic` (no round trip yet).
     pub fn new(brokers: &str, topic: &str, source_topic: &str) -> Result<Self, String> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
+        let producer = qim_store::service::kafka::producer_config(brokers, Duration::from_millis(5))
             .create()
             .map_err(|e| format!("creating the dead-letter producer: {e}"))?;
         Ok(Self { producer, topic: topic.to_owned(), source_topic: source_topic.to_owned() })

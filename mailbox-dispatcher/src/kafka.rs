@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::{DEAD_LETTERS, REBALANCES};
 
 /// How long one produce may wait for its acknowledgement before it is retried.
-pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+pub use qim_store::service::kafka::DELIVERY_TIMEOUT;
 
 /// Settings of a dispatcher consumer in `group`.
 pub fn consumer_config(brokers: &str, group: &str) -> ClientConfig {
@@ -195,13 +195,7 @@ const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(10);
 impl AckedProducer {
     /// Creates the producer (no network round trip yet).
     pub fn new(brokers: &str) -> Result<Self, String> {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "2")
-            .set("compression.type", "lz4")
-            .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string())
+        let producer = qim_store::service::kafka::producer_config(brokers, Duration::from_millis(2))
             .create()
             .map_err(|e| format!("creating the kafka producer: {e}"))?;
         Ok(Self { producer })

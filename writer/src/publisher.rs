@@ -16,7 +16,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
 /// How long one delivery may take before the commit gives up (the recovery loop retries).
-pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+pub use qim_store::service::kafka::DELIVERY_TIMEOUT;
 
 /// A failed publication.
 #[derive(Debug, thiserror::Error)]
@@ -41,18 +41,11 @@ pub trait Publish: Send + Sync {
     async fn publish(&self, record: &MessageRecord) -> Result<Publication, PublishError>;
 }
 
-/// The writer's producer settings: idempotent, `acks=all`, 1 ms linger, lz4, deliveries given
-/// up after [`DELIVERY_TIMEOUT`]. (The benchmark's raw loop produces with exactly these.)
+/// The writer's producer settings: every qim producer's
+/// ([`qim_store::service::kafka::producer_config`]) with a 1 ms linger. (The benchmark's raw loop
+/// produces with exactly these.)
 pub fn producer_config(brokers: &str) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", "1")
-        .set("compression.type", "lz4")
-        .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string());
-    config
+    qim_store::service::kafka::producer_config(brokers, Duration::from_millis(1))
 }
 
 /// The Kafka producer of the writer.

@@ -1,10 +1,31 @@
-//! What every service asks the Kafka cluster the same way: which partitions a topic has (the
-//! start-up check that a topic exists, readiness probes, replay and tail-scan plans).
+//! What every service does with Kafka the same way: how its producers are configured, and
+//! which partitions a topic has (the start-up check that a topic exists, readiness probes,
+//! replay and tail-scan plans).
 
 use std::time::Duration;
 
 use rdkafka::client::{Client, ClientContext};
+use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, Producer};
+
+/// How long a produced record may wait for the broker's acknowledgement before its delivery
+/// fails (`message.timeout.ms`; the caller retries or reports it).
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Every qim producer's settings: idempotent with `acks=all` (an acknowledged record is on every
+/// in-sync replica and a retried one is written once), lz4, records batched for `linger`, given up
+/// after [`DELIVERY_TIMEOUT`].
+pub fn producer_config(brokers: &str, linger: Duration) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", linger.as_millis().to_string())
+        .set("compression.type", "lz4")
+        .set("message.timeout.ms", DELIVERY_TIMEOUT.as_millis().to_string());
+    config
+}
 
 /// The partition ids of `topic`, read from the cluster's metadata within `timeout`. Blocking
 /// (librdkafka waits for the answer): call it on a blocking thread, or use [`partitions`].
