@@ -269,7 +269,8 @@ pub fn original_headers(headers: Option<&impl Headers>) -> Vec<(String, Vec<u8>)
 
 /// Writes `refused` to `dlq_topic` as it arrived (key, value and headers) plus the reason, the
 /// source (`topic/partition/offset`) and the detail in headers (the archiver's dead letters
-/// carry the same three), retrying until the broker acknowledges it. `false` when `cancel` fired between attempts (nothing is stored then).
+/// carry the same three), retrying until the broker acknowledges it. `false` when `cancel` fired
+/// between attempts (nothing is stored then).
 pub async fn dead_letter(
     producer: &AckedProducer,
     dlq_topic: &str,
