@@ -1,15 +1,13 @@
 //! The dead-letter topic: poison records are produced there as they arrived (same key, value
-//! and headers) plus [`HEADER_DLQ_REASON`], [`HEADER_DLQ_SOURCE`] (`topic/partition/offset`) and
-//! [`HEADER_DLQ_DETAIL`]. The producer is idempotent with `acks=all`, and the archiver waits for
+//! and headers) plus the reason, source and detail headers every qim dead letter carries
+//! ([`dead_letter_headers`]). The producer is idempotent with `acks=all`, and the archiver waits for
 //! every delivery before it stores the poison record's offset, so a poison record is never
 //! skipped without a trace.
 
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
-use qim_store::service::kafka::DELIVERY_TIMEOUT;
-use qim_store::topic::{HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
-use rdkafka::message::{Header, OwnedHeaders};
+use qim_store::service::kafka::{dead_letter_headers, dead_letter_source, DELIVERY_TIMEOUT};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
@@ -43,15 +41,9 @@ impl DeadLetters {
 
     async fn send(&self, poison: &Poison) -> Result<(), String> {
         let incoming = &poison.incoming;
-        let source = format!("{}/{}/{}", self.source_topic, incoming.partition, incoming.offset);
-        let mut headers = OwnedHeaders::new_with_capacity(incoming.headers.len() + 3);
-        for (key, value) in &incoming.headers {
-            headers = headers.insert(Header { key, value: value.as_deref() });
-        }
-        let headers = headers
-            .insert(Header { key: HEADER_DLQ_REASON, value: Some(poison.reason.as_bytes()) })
-            .insert(Header { key: HEADER_DLQ_SOURCE, value: Some(source.as_bytes()) })
-            .insert(Header { key: HEADER_DLQ_DETAIL, value: Some(poison.detail.as_bytes()) });
+        let source = dead_letter_source(&self.source_topic, incoming.partition, incoming.offset);
+        let original = incoming.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref()));
+        let headers = dead_letter_headers(original, poison.reason, &source, &poison.detail);
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic).headers(headers);
         if let Some(key) = &incoming.key {
             record = record.key(key.as_slice());

@@ -19,7 +19,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::message::{Headers, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
@@ -185,8 +185,8 @@ pub struct Outgoing<'a> {
     pub key: &'a [u8],
     /// Value bytes.
     pub value: &'a [u8],
-    /// Header pairs.
-    pub headers: &'a [(&'a str, &'a [u8])],
+    /// Headers, if any.
+    pub headers: Option<OwnedHeaders>,
 }
 
 /// Pause while the producer's local queue is full.
@@ -204,11 +204,10 @@ impl AckedProducer {
     /// Enqueues `record` now (so enqueue order is log order per partition), waiting while the
     /// local queue is full.
     pub async fn enqueue(&self, record: Outgoing<'_>) -> Result<Pending, SendError> {
-        let mut headers = OwnedHeaders::new();
-        for (k, v) in record.headers {
-            headers = headers.insert(Header { key: k, value: Some(*v) });
+        let mut r = FutureRecord::to(record.topic).key(record.key).payload(record.value);
+        if let Some(headers) = record.headers {
+            r = r.headers(headers);
         }
-        let mut r = FutureRecord::to(record.topic).key(record.key).payload(record.value).headers(headers);
         if let Some(p) = record.partition {
             r = r.partition(p);
         }
@@ -252,19 +251,18 @@ pub struct Refused<'a> {
     pub key: Option<&'a [u8]>,
     /// The record's value, if any.
     pub value: Option<&'a [u8]>,
-    /// The record's headers (those with a value), kept on the dead letter.
-    pub headers: &'a [(String, Vec<u8>)],
+    /// The record's headers, kept on the dead letter.
+    pub headers: &'a [(String, Option<Vec<u8>>)],
     /// A short stable reason (`undecodable`, `dispatch_conflict`, ...).
     pub reason: &'a str,
     /// What was wrong, for a person.
     pub detail: &'a str,
 }
 
-/// A record's headers as [`Refused::headers`] takes them (a header without a value has nothing
-/// to keep).
-pub fn original_headers(headers: Option<&impl Headers>) -> Vec<(String, Vec<u8>)> {
+/// A record's headers as [`Refused::headers`] takes them.
+pub fn original_headers(headers: Option<&impl Headers>) -> Vec<(String, Option<Vec<u8>>)> {
     let Some(headers) = headers else { return Vec::new() };
-    headers.iter().filter_map(|h| Some((h.key.to_owned(), h.value?.to_vec()))).collect()
+    headers.iter().map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec))).collect()
 }
 
 /// Writes `refused` to `dlq_topic` as it arrived (key, value and headers) plus the reason, the
@@ -277,14 +275,10 @@ pub async fn dead_letter(
     refused: Refused<'_>,
     cancel: &CancellationToken,
 ) -> bool {
-    use qim_store::topic::{HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
-    let source = format!("{}/{}/{}", refused.topic, refused.partition, refused.offset);
-    let mut headers: Vec<(&str, &[u8])> = refused.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
-    headers.extend([
-        (HEADER_DLQ_REASON, refused.reason.as_bytes()),
-        (HEADER_DLQ_SOURCE, source.as_bytes()),
-        (HEADER_DLQ_DETAIL, refused.detail.as_bytes()),
-    ]);
+    use qim_store::service::kafka::{dead_letter_headers, dead_letter_source};
+    let source = dead_letter_source(refused.topic, refused.partition, refused.offset);
+    let original = refused.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref()));
+    let headers = dead_letter_headers(original, refused.reason, &source, refused.detail);
     let mut backoff = crate::retry::Backoff::default();
     loop {
         let out = Outgoing {
@@ -292,7 +286,7 @@ pub async fn dead_letter(
             partition: None,
             key: refused.key.unwrap_or_default(),
             value: refused.value.unwrap_or_default(),
-            headers: &headers,
+            headers: Some(headers.clone()),
         };
         match producer.send(out).await {
             Ok(()) => {

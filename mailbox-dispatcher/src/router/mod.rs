@@ -206,7 +206,7 @@ impl Router {
             partition: Some(r.partition),
             key: &r.key,
             value: &r.value,
-            headers: &[],
+            headers: None,
         }
     }
 
@@ -261,7 +261,7 @@ impl Handles {
                 partition: Some(r.partition),
                 key: &r.key,
                 value: &r.value,
-                headers: &[],
+                headers: None,
             };
             acked = self.producer.send(out).await;
         }

@@ -49,8 +49,8 @@ pub struct Record {
     pub key: Option<Vec<u8>>,
     /// Value bytes.
     pub value: Option<Vec<u8>>,
-    /// Headers (those with a value), kept if the record is dead-lettered.
-    pub headers: Vec<(String, Vec<u8>)>,
+    /// Headers, kept if the record is dead-lettered.
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// The outcome of beginning a record.
