@@ -372,11 +372,23 @@ pub async fn mailbox_of(store: &dyn MailboxStore, tenant: TenantId, user: UserId
     page.groups.iter().flat_map(|g| g.events.iter().map(move |e| (g.seq, e.message.message_id))).collect()
 }
 
-/// Every lane watermark of `shard`.
+/// Every lane watermark of `shard`. A read the store answers `Unavailable` (a loaded Cassandra
+/// timing a query out while the dispatcher under test writes) is tried again for up to 30 s;
+/// any other failure, or one that lasts, fails the test.
 pub async fn watermarks(store: &dyn MailboxStore, shard: ShardId) -> Vec<Option<u64>> {
     let mut out = Vec::with_capacity(usize::from(LANES));
     for lane in LaneId::all() {
-        out.push(store.lane_watermark(shard, lane).await.expect("a lane watermark").through);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let through = loop {
+            match store.lane_watermark(shard, lane).await {
+                Ok(w) => break w.through,
+                Err(e) if e.kind().is_retryable() && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("reading lane {} of shard {}: {e:?}", lane.get(), shard.0),
+            }
+        };
+        out.push(through);
     }
     out
 }
