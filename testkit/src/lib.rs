@@ -6,8 +6,10 @@
 //! - [`kafka`]: topics created and ready (every partition has a leader) before a test uses them.
 //! - [`metrics`]: a service's `/metrics` text read back by metric name and labels.
 //! - [`redis`]: a test's key namespace deleted at once.
+//! - [`scylla`]: test keyspaces that finished test processes left behind, dropped.
 
 pub mod kafka;
 pub mod metrics;
 pub mod redis;
+pub mod scylla;
 pub mod stack;

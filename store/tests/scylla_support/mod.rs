@@ -61,7 +61,7 @@ pub async fn migrated(session: &Session) {
     MIGRATED
         .get_or_init(|| async {
             if std::env::var_os("QIM_TEST_SCYLLA_KEYSPACE").is_none() {
-                sweep_leftover_keyspaces(session).await;
+                qim_testkit::scylla::sweep_leftover_keyspaces(session).await;
             }
             migrate(session, config())
                 .await
@@ -160,35 +160,5 @@ impl MessageHarness for Scylla {
         );
         let (t, c, b, s) = record_key(tenant, conversation, seq);
         store.session().query_unpaged(cql, (t, c, b, s, bytes)).await.expect("sabotage: overwrite");
-    }
-}
-
-/// Drops test keyspaces that finished test processes left behind (a test binary has no hook to
-/// drop its own at exit): only names exactly of the generated form `qim_test_<pid>_<nanos>`,
-/// whose process no longer runs on this machine, created more than ten minutes ago. Linux only
-/// (`/proc` tells whether a pid runs); failures are reported and ignored.
-async fn sweep_leftover_keyspaces(session: &Session) {
-    const MIN_AGE_NANOS: u128 = 10 * 60 * 1_000_000_000;
-    if !cfg!(target_os = "linux") {
-        return;
-    }
-    let Ok(result) = session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await else {
-        return;
-    };
-    let Ok(rows) = result.into_rows_result() else { return };
-    let Ok(names) = rows.rows::<(String,)>() else { return };
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    for name in names.filter_map(Result::ok).map(|(n,)| n) {
-        let Some(rest) = name.strip_prefix("qim_test_") else { continue };
-        let Some((pid, nanos)) = rest.split_once('_') else { continue };
-        let (Ok(pid), Ok(nanos)) = (pid.parse::<u32>(), nanos.parse::<u128>()) else { continue };
-        let running = pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists();
-        if running || now.saturating_sub(nanos) < MIN_AGE_NANOS {
-            continue;
-        }
-        match session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {name}"), &[]).await {
-            Ok(_) => eprintln!("dropped leftover test keyspace {name}"),
-            Err(e) => eprintln!("warning: could not drop leftover test keyspace {name}: {e}"),
-        }
     }
 }

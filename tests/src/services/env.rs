@@ -207,13 +207,21 @@ impl PipelineEnv {
         qim_testkit::kafka::create_topics_with(&config, &specs).await.context("creating the run's topics")
     }
 
-    /// Creates (or verifies) the run's keyspace and tables.
+    /// Creates (or verifies) the run's keyspace and tables. The first call of a process also drops
+    /// the keyspaces of finished runs ([`qim_testkit::scylla::sweep_leftover_keyspaces`]), so
+    /// a finished demo's or test's keyspace lasts about ten minutes after its process exits.
     ///
     /// # Errors
     ///
     /// Cassandra does not answer, or refuses the keyspace.
     pub async fn migrate(&self) -> anyhow::Result<()> {
-        stack::connect_scylla().await?;
+        static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        let session = stack::connect_scylla().await?;
+        SWEPT
+            .get_or_init(|| async {
+                qim_testkit::scylla::sweep_leftover_keyspaces(&session).await;
+            })
+            .await;
         let vars = self.service_env(ServiceKind::Archiver);
         let lookup = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         qim_store::admin::migrate_from(&lookup)

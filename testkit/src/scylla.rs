@@ -1,0 +1,125 @@
+//! Test keyspaces that finished test processes left behind, dropped.
+//!
+//! A test binary has no hook to drop its keyspaces at exit, and a single-node Cassandra with a
+//! small heap runs out of memory after a few hundred of them (each holds the full schema). So the
+//! first test of each process that makes keyspaces sweeps those of earlier processes.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use scylla::client::session::Session;
+
+/// A keyspace is swept only once its creator has been gone at least this long and it is older
+/// than this: a test of another run on the same stack still uses its own.
+pub const MIN_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// The prefixes of the keyspace names tests generate: the store's suites
+/// (`qim_test_<pid>_<nanos>`) and the end-to-end harness ([`crate::stack::unique_name`] with an
+/// `e2e_` prefix: `e2e_<label>_<pid>_<millis hex>_<n>`).
+pub const TEST_PREFIXES: [&str; 2] = ["qim_test_", "e2e_"];
+
+/// Who made a generated test keyspace, and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The creating process.
+    pub pid: u32,
+    /// When it was named, since the Unix epoch.
+    pub created: Duration,
+}
+
+/// Reads the creator and creation time out of a generated test keyspace name; `None` for any
+/// name not exactly of one of the generated forms (a user's keyspace is never touched).
+pub fn origin(name: &str) -> Option<Origin> {
+    if let Some(rest) = name.strip_prefix("qim_test_") {
+        let (pid, nanos) = rest.split_once('_')?;
+        let nanos: u64 = nanos.parse().ok()?;
+        return Some(Origin { pid: pid.parse().ok()?, created: Duration::from_nanos(nanos) });
+    }
+    let rest = name.strip_prefix("e2e_")?;
+    let mut parts = rest.rsplitn(4, '_');
+    let (n, millis, pid, label) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    n.parse::<u64>().ok()?;
+    if label.is_empty() {
+        return None;
+    }
+    let millis = u64::from_str_radix(millis, 16).ok()?;
+    Some(Origin { pid: pid.parse().ok()?, created: Duration::from_millis(millis) })
+}
+
+/// Whether `origin`'s keyspace may be dropped at `now`: older than [`MIN_AGE`] and its process
+/// no longer runs on this machine (Linux: `/proc/<pid>`; elsewhere nothing is ever swept).
+fn abandoned(origin: Origin, now: Duration) -> bool {
+    let running = origin.pid == std::process::id() || std::path::Path::new(&format!("/proc/{}", origin.pid)).exists();
+    cfg!(target_os = "linux") && !running && now.saturating_sub(origin.created) >= MIN_AGE
+}
+
+/// Drops every generated test keyspace whose process has exited and that is older than
+/// [`MIN_AGE`]; returns how many were dropped. Failures are reported on stderr and skipped: a
+/// sweep never fails a test.
+pub async fn sweep_leftover_keyspaces(session: &Session) -> usize {
+    let names = match session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await {
+        Ok(result) => match result.into_rows_result() {
+            Ok(rows) => match rows.rows::<(String,)>() {
+                Ok(rows) => rows.filter_map(Result::ok).map(|(n,)| n).collect::<Vec<_>>(),
+                Err(e) => return skipped(&e),
+            },
+            Err(e) => return skipped(&e),
+        },
+        Err(e) => return skipped(&e),
+    };
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let mut dropped = 0;
+    for name in names {
+        let Some(origin) = origin(&name) else { continue };
+        if !abandoned(origin, now) {
+            continue;
+        }
+        match session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {name}"), &[]).await {
+            Ok(_) => dropped += 1,
+            Err(e) => eprintln!("warning: could not drop leftover test keyspace {name}: {e}"),
+        }
+    }
+    if dropped > 0 {
+        eprintln!("dropped {dropped} leftover test keyspaces");
+    }
+    dropped
+}
+
+fn skipped(e: &dyn std::fmt::Display) -> usize {
+    eprintln!("warning: leftover test keyspaces not swept: listing keyspaces failed: {e}");
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_reads_both_generated_forms_and_nothing_else() {
+        assert_eq!(
+            origin("qim_test_4242_1764650000000000000"),
+            Some(Origin { pid: 4242, created: Duration::from_nanos(1_764_650_000_000_000_000) })
+        );
+        let e2e = crate::stack::unique_name("e2e_demo_x");
+        let parsed = origin(&e2e).expect(&e2e);
+        assert_eq!(parsed.pid, std::process::id());
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        assert!(now.saturating_sub(parsed.created) < Duration::from_secs(60), "{e2e}: {parsed:?}");
+        for other in
+            ["qim", "qim_test_", "qim_test_12", "qim_test_x_1", "e2e_", "e2e_1_2_3", "e2e_a_1_zz_3", "app_1_2_3"]
+        {
+            assert_eq!(origin(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn only_old_keyspaces_of_exited_processes_are_abandoned() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let old = now - MIN_AGE - Duration::from_secs(1);
+        let me = std::process::id();
+        assert!(!abandoned(Origin { pid: me, created: old }, now), "this process still runs");
+        // pid_max on Linux is at most 2^22, so this pid never runs.
+        let gone = 4_194_304 + 17;
+        assert_eq!(abandoned(Origin { pid: gone, created: old }, now), cfg!(target_os = "linux"));
+        assert!(!abandoned(Origin { pid: gone, created: now - Duration::from_secs(5) }, now), "too young");
+    }
+}
