@@ -37,7 +37,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use scylla::value::MaybeUnset;
 
 use super::buckets::{bound_of, seq_bucket};
-use super::commit::MAX_TTL_SECS;
+use super::ttl::MAX_TTL_SECS;
 use super::ScyllaMessageStore;
 use crate::codec::{encode_record, u64_to_i64};
 use crate::error::{StoreError, StoreResult};

@@ -11,7 +11,7 @@
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 
-use super::commit::{classify, key_values, Found};
+use super::commit_row::{classify, key_values, Found};
 use super::recovery::MAX_ENTRIES_PER_PASS;
 use super::ScyllaMessageStore;
 use crate::error::StoreResult;

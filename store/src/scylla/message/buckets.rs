@@ -60,7 +60,7 @@
 
 use std::sync::PoisonError;
 
-use super::commit::ttl_secs;
+use super::ttl::ttl_secs;
 use super::ScyllaMessageStore;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, TenantId, UnixMillis};

@@ -12,55 +12,15 @@
 //!   lost race returns both columns of the winner).
 
 use super::buckets::bound_of;
-use super::entries::RESERVE_DEADLINE_MILLIS;
+use super::commit_row::{classify, key_values, state_code, Found, COMMITTED_ROW_TTL_SECS, RESERVE_DEADLINE_MILLIS};
 use super::ScyllaMessageStore;
-use crate::codec::{decode_commit, encode_commit, encode_intent, encode_request};
+use crate::codec::{encode_commit, encode_intent, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{MessageId, UnixMillis};
 use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, Publication};
-use crate::message_store::COMMIT_AUX_TTL_MILLIS;
-use crate::retention::ttl_until;
 use crate::rules::{check_request, expect_message, expect_state, not_found};
-pub(super) use crate::rules::{conflict, describe};
+use crate::rules::{conflict, describe};
 use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
-
-/// The `state` column's value of each state (the LWT conditions compare it).
-pub(super) const fn state_code(state: CommitState) -> i32 {
-    match state {
-        CommitState::Reserved => 0,
-        CommitState::Recorded => 1,
-        CommitState::Outboxed => 2,
-        CommitState::Committed => 3,
-    }
-}
-
-/// The auxiliary TTL in whole seconds (2 h).
-pub(super) const AUX_TTL_SECS: i32 = (COMMIT_AUX_TTL_MILLIS / 1000) as i32;
-
-/// The server TTL of a COMMITTED commit row: the auxiliary TTL plus an hour of slack, because the
-/// server counts from its own write time. Whether the window is still open is decided on the
-/// injected clock (`committed_at` + 2 h); a row outliving it is taken over like an expired one.
-pub(super) const COMMITTED_ROW_TTL_SECS: i32 = AUX_TTL_SECS + 3_600;
-
-/// What a commit row says.
-pub(super) enum Found {
-    /// No row.
-    Absent,
-    /// A row whose auxiliary facts are gone; the blobs are what the row still holds.
-    Gone { request_blob: Option<Vec<u8>>, commit_blob: Option<Vec<u8>> },
-    /// A live commit and its stable request identity.
-    Live { request_blob: Vec<u8>, commit: Commit },
-}
-
-/// The key columns of a commit, as bound to CQL.
-pub(super) fn key_values(key: &CommitKey) -> (&[u8], &[u8], &str) {
-    (&key.tenant.0[..], &key.sender.0[..], key.client_message_id.as_str())
-}
-
-/// Whether a commit's auxiliary facts have outlived their TTL at `now`.
-pub(super) fn aux_expired(commit: &Commit, now: UnixMillis) -> bool {
-    commit.committed_at.is_some_and(|at| at.plus_millis(COMMIT_AUX_TTL_MILLIS) <= now)
-}
 
 impl ScyllaMessageStore {
     /// Reads and classifies the commit row of `key` at `now`.
@@ -264,65 +224,5 @@ impl ScyllaMessageStore {
             return Err(conflict(key, "the intent differs from the reserved one"));
         }
         expect_state(key, commit, CommitState::Reserved)
-    }
-}
-
-/// Decodes a commit row (request blob, commit blob) of `key` and decides whether it is live.
-pub(super) fn classify(
-    key: &CommitKey,
-    request_blob: Option<Vec<u8>>,
-    commit_blob: Option<Vec<u8>>,
-    now: UnixMillis,
-) -> StoreResult<Found> {
-    let Some(blob) = commit_blob else {
-        return Ok(Found::Gone { request_blob, commit_blob: None });
-    };
-    let commit = decode_commit(&blob)?;
-    if commit.intent.request.key != *key {
-        return Err(StoreError::CorruptEntry(format!(
-            "the row of {} holds the commit of {}",
-            describe(key),
-            describe(&commit.intent.request.key)
-        )));
-    }
-    let Some(request_blob) = request_blob else {
-        return Err(StoreError::CorruptEntry(format!("{} has a commit but no request identity", describe(key))));
-    };
-    if request_blob != encode_request(&commit.intent.request) {
-        return Err(StoreError::CorruptEntry(format!("{}: request identity and commit disagree", describe(key))));
-    }
-    if aux_expired(&commit, now) {
-        return Ok(Found::Gone { request_blob: Some(request_blob), commit_blob: Some(blob) });
-    }
-    Ok(Found::Live { request_blob, commit })
-}
-
-/// The TTL in seconds that makes a row written at `now` vanish at `expires` (at least 1).
-pub(super) fn ttl_secs(expires: UnixMillis, now: UnixMillis) -> i32 {
-    i32::try_from(ttl_until(expires, now).0).unwrap_or(MAX_TTL_SECS).min(MAX_TTL_SECS)
-}
-
-/// Scylla and Cassandra refuse TTLs above 20 years.
-pub(super) const MAX_TTL_SECS: i32 = 630_720_000;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ttls_round_up_never_resurrect_and_stay_under_the_server_limit() {
-        let now = UnixMillis(1_790_000_000_000);
-        assert_eq!(ttl_secs(now.plus_millis(1_500), now), 2);
-        assert_eq!(ttl_secs(now, now), 1);
-        assert_eq!(ttl_secs(now.plus_millis(-5_000), now), 1);
-        assert_eq!(ttl_secs(now.plus_millis(i64::MAX / 2), now), MAX_TTL_SECS);
-        assert_eq!(AUX_TTL_SECS, 7_200);
-    }
-
-    #[test]
-    fn state_codes_are_distinct_and_ordered() {
-        let states = [CommitState::Reserved, CommitState::Recorded, CommitState::Outboxed, CommitState::Committed];
-        let codes: Vec<i32> = states.iter().map(|s| state_code(*s)).collect();
-        assert_eq!(codes, vec![0, 1, 2, 3]);
     }
 }

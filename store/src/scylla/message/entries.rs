@@ -17,23 +17,21 @@
 //! [`FENCE_AGE_MILLIS`] old; then the scan *fences* the key by LWT: it writes a gone row (no
 //! commit, `request_blob` = a fence marker naming the position) over the row it read, so the
 //! reserve's LWT, whose condition was read before, can no longer apply. Reserves give up before
-//! their LWT once [`RESERVE_DEADLINE_MILLIS`] passed since `created_at`, so a fence (and its TTL)
+//! their LWT once [`super::commit_row::RESERVE_DEADLINE_MILLIS`] passed since `created_at`, so a fence (and its TTL)
 //! can not be outlived by a reserve that had not yet sent its LWT. The fenced row reads as gone:
 //! the next reserve of the key takes it over.
 
-use super::commit::{classify, describe, key_values, Found, COMMITTED_ROW_TTL_SECS};
+use super::commit_row::{classify, key_values, Found, COMMITTED_ROW_TTL_SECS};
 use super::ScyllaMessageStore;
 use crate::error::StoreResult;
 use crate::ids::UnixMillis;
 use crate::message::{Commit, CommitKey, CommitState};
+use crate::rules::describe;
 use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
 use crate::scylla::mailbox::highest_wins_timestamp;
 use crate::scylla::schema::hour_bucket;
 
-/// A reserve that has not sent its LWT this long after its `created_at` gives up (`Unavailable`;
-/// its seq stays a hole), so a fence never meets a reserve that started later.
-pub(super) const RESERVE_DEADLINE_MILLIS: i64 = 30_000;
-/// An entry without its commit this old is fenced: well past [`RESERVE_DEADLINE_MILLIS`] plus the
+/// An entry without its commit this old is fenced: well past [`super::commit_row::RESERVE_DEADLINE_MILLIS`] plus the
 /// LWT's request timeout.
 pub(super) const FENCE_AGE_MILLIS: i64 = 5 * 60_000;
 /// The `request_blob` prefix of a fence row (never a canonical request encoding).

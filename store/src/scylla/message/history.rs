@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use scylla::value::MaybeUnset;
 
 use super::buckets::{bound_of, seq_bucket, Floor, DIRECTORY_CHUNK, LATE_RECORD_MILLIS};
-use super::commit::{ttl_secs, MAX_TTL_SECS};
+use super::ttl::{ttl_secs, MAX_TTL_SECS};
 use super::ScyllaMessageStore;
 use crate::codec::{decode_record, encode_record, i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};

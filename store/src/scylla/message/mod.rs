@@ -38,6 +38,7 @@ mod archive;
 mod aux_count;
 mod buckets;
 mod commit;
+mod commit_row;
 mod entries;
 mod high_water;
 mod history;
@@ -45,6 +46,7 @@ mod recent;
 mod recovery;
 mod seq;
 mod statements;
+mod ttl;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize};

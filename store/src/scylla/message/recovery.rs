@@ -31,7 +31,7 @@
 //!   whose reservation may still be unfinished (moving places the new entry before retiring the
 //!   old, at a position the same pass still reads).
 //! - *No entry lands below `swept`*: a reserve writes its entry before its LWT and gives up when
-//!   [`super::entries::RESERVE_DEADLINE_MILLIS`] passed, so an entry that can name a commit is
+//!   [`super::commit_row::RESERVE_DEADLINE_MILLIS`] passed, so an entry that can name a commit is
 //!   durable by `created_at + 30 s`; `swept` stays [`SWEEP_LAG_MILLIS`] (2 min) behind the
 //!   scanner's clock. This assumes writer clocks within 90 s of each other.
 //! - *In-flight reserves are not skipped*: an entry without its commit is pending (blocks `swept`)
