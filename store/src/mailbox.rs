@@ -38,6 +38,33 @@ pub struct ShardFence {
     pub incarnation: String,
 }
 
+impl ShardFence {
+    /// `InvalidInput` unless `shard` is the fenced one (a fence covers the writes of one shard).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::InvalidInput`](crate::StoreError::InvalidInput) naming both shards.
+    pub fn admits(&self, shard: ShardId) -> crate::StoreResult<()> {
+        if self.shard == shard {
+            Ok(())
+        } else {
+            Err(crate::StoreError::InvalidInput(format!(
+                "a write to shard {} under the fence of shard {}",
+                shard.0, self.shard.0
+            )))
+        }
+    }
+
+    /// [`admits`](Self::admits) for the shard of every dispatch of `chunks`.
+    ///
+    /// # Errors
+    ///
+    /// As [`admits`](Self::admits), for the first chunk of another shard.
+    pub fn admits_chunks(&self, chunks: &[(DispatchId, ChunkId)]) -> crate::StoreResult<()> {
+        chunks.iter().try_for_each(|(dispatch, _)| self.admits(dispatch.shard))
+    }
+}
+
 /// A generation of a shard's log. Bumped when the dispatch log restarts its offsets (for
 /// example a recreated topic), so seqs of a new log still sort after the old ones.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]

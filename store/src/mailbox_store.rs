@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::ids::{TenantId, UserId};
 use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
@@ -132,7 +132,7 @@ pub trait MailboxStore: Send + Sync {
         manifest: &DispatchManifest,
         observed_offset: u64,
     ) -> StoreResult<DispatchReceipt> {
-        same_shard(fence, manifest.id.shard)?;
+        fence.admits(manifest.id.shard)?;
         self.begin_dispatch(epoch, manifest, observed_offset).await
     }
 
@@ -144,9 +144,7 @@ pub trait MailboxStore: Send + Sync {
         fence: &ShardFence,
         chunks: &[(DispatchId, ChunkId)],
     ) -> StoreResult<()> {
-        for (dispatch, _) in chunks {
-            same_shard(fence, dispatch.shard)?;
-        }
+        fence.admits_chunks(chunks)?;
         self.mark_chunks_completed(chunks).await
     }
 
@@ -189,16 +187,4 @@ pub trait MailboxStore: Send + Sync {
         seen_before_millis: i64,
         limit: usize,
     ) -> StoreResult<usize>;
-}
-
-/// `InvalidInput` unless `shard` is the fenced one.
-pub(crate) fn same_shard(fence: &ShardFence, shard: ShardId) -> StoreResult<()> {
-    if fence.shard == shard {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidInput(format!(
-            "a write to shard {} under the fence of shard {}",
-            shard.0, fence.shard.0
-        )))
-    }
 }

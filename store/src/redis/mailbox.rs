@@ -88,7 +88,7 @@ use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
     MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardFence, ShardId,
 };
-use crate::mailbox_store::{same_shard, ChunkWrite, MailboxStore};
+use crate::mailbox_store::{ChunkWrite, MailboxStore};
 use crate::rules::{canonical_groups, range_preamble};
 
 static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_commit.lua")));
@@ -208,7 +208,7 @@ impl MailboxStore for RedisMailboxStore {
         manifest: &DispatchManifest,
         observed_offset: u64,
     ) -> StoreResult<DispatchReceipt> {
-        same_shard(fence, manifest.id.shard)?;
+        fence.admits(manifest.id.shard)?;
         self.begin(epoch, manifest, observed_offset, Some(fence)).await
     }
 
@@ -238,9 +238,7 @@ impl MailboxStore for RedisMailboxStore {
         fence: &ShardFence,
         chunks: &[(DispatchId, ChunkId)],
     ) -> StoreResult<()> {
-        for (dispatch, _) in chunks {
-            same_shard(fence, dispatch.shard)?;
-        }
+        fence.admits_chunks(chunks)?;
         self.mark_chunks(chunks, Some(fence)).await
     }
 
