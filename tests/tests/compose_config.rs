@@ -2,9 +2,10 @@
 //!
 //! That stack (Redpanda, ScyllaDB, Redis and the three qim services) can not be started on our
 //! Docker-less machines, so this test is what keeps it valid. It reads
-//! `deploy/compose/docker-compose.yml` the way Compose would (anchors and `<<` merge keys
-//! resolved, `${VAR:-default}` interpolated for each profile), the `Dockerfile` next to it, the
-//! README and the root `.dockerignore`, and checks that:
+//! `deploy/compose/docker-compose.yml` with Compose's own loader (compose-go, run by `go run
+//! ./deploy/compose/load`, once per profile with that profile's variables; what the loader
+//! refuses or warns about fails the test), the `Dockerfile` next to it, the README and the root
+//! `.dockerignore`, and checks that:
 //!
 //! - each of our services is built from the one Dockerfile, from a target that exists and runs
 //!   that service's binary as a non-root user;
@@ -20,7 +21,8 @@
 //! - start-up order holds in every profile: `depends_on` targets exist and their conditions can
 //!   be met.
 //!
-//! No servers and no Docker: file reads, plus one `sh -c` to run the rf3 guard script.
+//! No servers and no Docker: file reads, the Go loader, and one `sh -c` to run the rf3 guard
+//! script.
 //!
 //! The readers and the checks live in `qim_tests::compose` (one concern per module, see
 //! `checks`); each test below runs one check and fails with every problem it found.
@@ -32,45 +34,45 @@ use qim_tests::compose::{report, Compose};
 
 #[test]
 fn our_services_are_built_from_dockerfile_targets_that_run_their_binary() {
-    report("builds", builds::check(&Compose::load()));
+    report("builds", builds::check(Compose::load()));
 }
 
 #[test]
 fn every_variable_is_documented_for_its_service() {
-    report("environment", environment::check(&Compose::load()));
+    report("environment", environment::check(Compose::load()));
 }
 
 #[test]
 fn http_addresses_ports_and_healthchecks_use_the_documented_port() {
-    report("HTTP ports", http::check(&Compose::load()));
+    report("HTTP ports", http::check(Compose::load()));
 }
 
 #[test]
 fn kafka_redis_and_scylla_addresses_name_services_of_the_profile() {
-    report("backing services", backing::check(&Compose::load()));
+    report("backing services", backing::check(Compose::load()));
 }
 
 #[test]
 fn topic_init_creates_every_documented_topic_and_one_partition_per_shard() {
-    report("topics", topic_init::check(&Compose::load()));
+    report("topics", topic_init::check(Compose::load()));
 }
 
 #[test]
 fn redis_keeps_an_append_only_file_on_a_volume() {
-    report("redis", redis::check(&Compose::load()));
+    report("redis", redis::check(Compose::load()));
 }
 
 #[test]
 fn scylla_profiles_dev_has_one_node_and_rf3_three() {
-    report("scylla", scylla::check(&Compose::load()));
+    report("scylla", scylla::check(Compose::load()));
 }
 
 #[test]
 fn start_up_order_holds_in_every_profile() {
-    report("start-up order", startup::check(&Compose::load()));
+    report("start-up order", startup::check(Compose::load()));
 }
 
 #[test]
 fn interpolation_uses_only_known_variables_and_the_readme_documents_them() {
-    report("interpolation", interpolation::check(&Compose::load()));
+    report("interpolation", interpolation::check(Compose::load()));
 }

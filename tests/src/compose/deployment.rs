@@ -71,7 +71,11 @@ pub const PROFILES: &[Profile] = &[
     Profile { name: "dev", vars: &[], scylla_nodes: 1, rf: 1 },
     Profile {
         name: "rf3",
-        vars: &[("SCYLLA_RF", "3"), ("SCYLLA_HOSTS", "scylla-1:9042,scylla-2:9042,scylla-3:9042")],
+        vars: &[
+            ("SCYLLA_RF", "3"),
+            ("SCYLLA_DEV_SINGLE_NODE", "false"),
+            ("SCYLLA_HOSTS", "scylla-1:9042,scylla-2:9042,scylla-3:9042"),
+        ],
         scylla_nodes: 3,
         rf: 3,
     },

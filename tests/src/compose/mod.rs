@@ -1,15 +1,15 @@
 //! Reading the production-like deployment in `deploy/compose/` the way Docker Compose and
 //! Docker would, for the `compose_config` drift test.
 //!
-//! Nothing here starts a container or talks to a server: the readers turn files into plain
-//! data, which the checks compare with the code (the only process started is `sh -c`, to run
-//! the rf3 guard script).
+//! Nothing here starts a container or talks to a server. The compose file is read by the
+//! Compose specification's own loader (compose-go, `deploy/compose/load`, run with `go run`);
+//! the checks compare what it resolved with the code (the other process started is `sh -c`, to
+//! run the rf3 guard script).
 //!
-//! - [`yaml`]: the compose file itself ([`Compose`]), with anchors and `<<` merge keys
-//!   resolved, and the scalar/word helpers used to read its values;
-//! - [`interpolate`]: Compose's `${VAR:-default}` variable interpolation;
-//! - [`service`]: one service's `environment`, `ports` and `depends_on`, and the addresses
-//!   found in its variables;
+//! - [`project`]: the compose file as the loader resolves it, one [`project::Project`] per set of
+//!   profiles ([`Compose`]), and the helpers that read scalars, lists and `--flag value` pairs;
+//! - [`service`]: one service's `environment`, `ports`, `volumes` and `depends_on`, and the
+//!   addresses found in its variables;
 //! - [`dockerfile`]: the stages of a multi-stage Dockerfile;
 //! - [`topics`]: the topics a topic-init script creates with `rpk topic create`;
 //! - [`deployment`]: what the deployment must consist of (our services, the profiles);
@@ -25,12 +25,11 @@ use std::path::{Path, PathBuf};
 pub mod checks;
 pub mod deployment;
 pub mod dockerfile;
-pub mod interpolate;
+pub mod project;
 pub mod service;
 pub mod topics;
-pub mod yaml;
 
-pub use yaml::Compose;
+pub use project::Compose;
 
 /// The workspace root (the directory holding the workspace `Cargo.toml`).
 ///

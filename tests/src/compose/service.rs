@@ -1,47 +1,31 @@
 //! One service's runtime settings as Compose gives them to the container: `environment`,
-//! `ports` and `depends_on`, and the Kafka/Scylla/Redis addresses its variables name.
+//! `ports`, `volumes` and `depends_on` (in the loader's normalised long form), and the
+//! Kafka/Scylla/Redis addresses its variables name.
 
 use std::collections::BTreeMap;
 
 use qim_store::env::{find, EnvVar};
-use serde_yaml::Value;
+use serde_json::Value;
 
-use super::interpolate::expand;
-use super::yaml::{scalar, scalar_at, words};
-use super::Compose;
+use super::project::{scalar, scalar_at, Project};
 
-/// A service's `environment` (mapping or `KEY=value` list form), each value interpolated with
-/// `vars` (see [`expand`]); empty when the service has none.
+/// A service's `environment`, interpolated; empty when it has none.
 ///
 /// # Errors
 ///
-/// A non-scalar key or entry, a variable without a value (Compose would copy it from the
-/// host's environment), an interpolation error, or an `environment` that is neither a mapping
-/// nor a list.
-pub fn environment(service: &Value, vars: &[(&str, &str)]) -> Result<BTreeMap<String, String>, String> {
-    let mut env = BTreeMap::new();
-    match service.get("environment") {
-        None | Some(Value::Null) => {}
-        Some(Value::Mapping(m)) => {
-            for (k, v) in m {
-                let key = scalar(k).ok_or("a non-scalar environment key")?;
-                let raw = scalar(v)
-                    .ok_or_else(|| format!("{key} has no value (it would be copied from the host's environment)"))?;
-                env.insert(key, expand(&raw, vars)?);
-            }
-        }
-        Some(Value::Sequence(items)) => {
-            for item in items {
-                let raw = scalar(item).ok_or("a non-scalar environment entry")?;
-                let (key, value) = raw
-                    .split_once('=')
-                    .ok_or_else(|| format!("{raw} has no value (it would be copied from the host's environment)"))?;
-                env.insert(key.to_owned(), expand(value, vars)?);
-            }
-        }
-        Some(_) => return Err("`environment` is neither a mapping nor a list".into()),
-    }
-    Ok(env)
+/// A variable without a value (Compose would copy it from the host's environment) or a
+/// non-text value.
+pub fn environment(service: &Value) -> Result<BTreeMap<String, String>, String> {
+    let Some(entries) = service.get("environment").and_then(Value::as_object) else {
+        return Ok(BTreeMap::new());
+    };
+    entries
+        .iter()
+        .map(|(key, value)| match value {
+            Value::Null => Err(format!("{key} has no value (it would be copied from the host's environment)")),
+            other => scalar(other).map(|v| (key.clone(), v)).ok_or_else(|| format!("{key} is not text")),
+        })
+        .collect()
 }
 
 /// The value of variable `name` as the service sees it: set in `env` (its compose
@@ -50,21 +34,16 @@ pub fn effective(env: &BTreeMap<String, String>, tables: &[&[EnvVar]], name: &st
     env.get(name).cloned().or_else(|| find(tables, name).and_then(|v| v.default.map(str::to_owned)))
 }
 
-/// The [`environment`] of service `service`, interpolated with `vars`. A broken one is pushed
-/// onto `problems` as `"<service>: environment: <error>"` and gives `None`, so it is reported
-/// by name instead of surfacing later as a confusing symptom.
+/// The [`environment`] of service `service` in `project`. A broken one is pushed onto `problems`
+/// as `"<service>: environment: <error>"` and gives `None`, so it is reported by name instead of
+/// surfacing later as a confusing symptom.
 ///
 /// # Panics
 ///
-/// If the compose file has no service `service` (see [`Compose::ours`]).
+/// If the project has no service `service` (see [`Project::ours`]).
 #[track_caller]
-pub fn env_of(
-    compose: &Compose,
-    service: &str,
-    vars: &[(&str, &str)],
-    problems: &mut Vec<String>,
-) -> Option<BTreeMap<String, String>> {
-    environment(compose.ours(service), vars).map_err(|e| problems.push(format!("{service}: environment: {e}"))).ok()
+pub fn env_of(project: &Project, service: &str, problems: &mut Vec<String>) -> Option<BTreeMap<String, String>> {
+    environment(project.ours(service)).map_err(|e| problems.push(format!("{service}: environment: {e}"))).ok()
 }
 
 /// One `ports` entry of a service.
@@ -75,33 +54,47 @@ pub struct Port {
     pub target: u16,
 }
 
-/// A service's `ports`, in long (`target`/`published`) or short
-/// (`[ip:][host:]container[/proto]`) form; empty when it has none.
+/// A service's `ports`; empty when it has none.
 ///
 /// # Errors
 ///
-/// A non-scalar short entry, a long entry without `target`, or a port that is not a single
-/// number (ranges such as `8000-8010` included).
+/// An entry without `target`, or a published port that is not a single number (ranges such as
+/// `8000-8010` included).
 pub fn ports(service: &Value) -> Result<Vec<Port>, String> {
-    let Some(entries) = service.get("ports").and_then(Value::as_sequence) else {
+    let Some(entries) = service.get("ports").and_then(Value::as_array) else {
         return Ok(Vec::new());
     };
-    let number = |s: &str| s.parse::<u16>().map_err(|_| format!("port `{s}` is not a single port number"));
+    let number = |s: String| s.parse::<u16>().map_err(|_| format!("port `{s}` is not a single port number"));
     entries
         .iter()
-        .map(|entry| match entry {
-            Value::Mapping(_) => Ok(Port {
-                published: scalar_at(entry, "published").map(|p| number(&p)).transpose()?,
-                target: number(&scalar_at(entry, "target").ok_or("a port without `target`")?)?,
-            }),
-            other => {
-                let text = scalar(other).ok_or("a non-scalar port entry")?;
-                let spec = text.split('/').next().unwrap_or_default();
-                let (front, target) = spec.rsplit_once(':').unwrap_or(("", spec));
-                let published = front.rsplit(':').next().filter(|p| !p.is_empty());
-                Ok(Port { published: published.map(number).transpose()?, target: number(target)? })
-            }
+        .map(|entry| {
+            Ok(Port {
+                published: scalar_at(entry, "published").filter(|p| !p.is_empty()).map(number).transpose()?,
+                target: number(scalar_at(entry, "target").ok_or("a port without `target`")?)?,
+            })
         })
+        .collect()
+}
+
+/// One `volumes` entry of a service: what is mounted (a volume name or host path) and where.
+pub struct Mount {
+    /// `volume`, `bind`, `tmpfs`, ...
+    pub kind: String,
+    /// The volume name or host path (empty for an anonymous volume).
+    pub source: String,
+    /// The path inside the container.
+    pub target: String,
+}
+
+/// A service's `volumes`; empty when it has none.
+pub fn mounts(service: &Value) -> Vec<Mount> {
+    let Some(entries) = service.get("volumes").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    let text = |entry: &Value, key: &str| scalar_at(entry, key).unwrap_or_default();
+    entries
+        .iter()
+        .map(|entry| Mount { kind: text(entry, "type"), source: text(entry, "source"), target: text(entry, "target") })
         .collect()
 }
 
@@ -109,30 +102,26 @@ pub fn ports(service: &Value) -> Result<Vec<Port>, String> {
 pub struct Dependency {
     /// The service depended on.
     pub name: String,
-    /// `service_started` (the default), `service_healthy`, `service_completed_successfully`,
-    /// or whatever else the file says.
+    /// `service_started`, `service_healthy`, `service_completed_successfully`, or whatever
+    /// else the file says.
     pub condition: String,
-    /// `required` (default `true`): whether Compose refuses to start without that service.
+    /// Whether Compose refuses to start without that service.
     pub required: bool,
 }
 
-/// A service's `depends_on`, in long (mapping) or short (list of names) form, in file order;
-/// empty when it has none.
+/// A service's `depends_on`, sorted by name; empty when it has none.
 pub fn depends_on(service: &Value) -> Vec<Dependency> {
-    match service.get("depends_on") {
-        Some(Value::Mapping(m)) => m
-            .iter()
-            .map(|(k, v)| Dependency {
-                name: scalar(k).unwrap_or_default(),
-                condition: scalar_at(v, "condition").unwrap_or_else(|| "service_started".into()),
-                required: v.get("required").and_then(Value::as_bool).unwrap_or(true),
-            })
-            .collect(),
-        other => words(other)
-            .into_iter()
-            .map(|name| Dependency { name, condition: "service_started".into(), required: true })
-            .collect(),
-    }
+    let Some(entries) = service.get("depends_on").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .map(|(name, v)| Dependency {
+            name: name.clone(),
+            condition: scalar_at(v, "condition").unwrap_or_else(|| "service_started".into()),
+            required: v.get("required").and_then(Value::as_bool).unwrap_or(true),
+        })
+        .collect()
 }
 
 /// `host:port` (surrounding whitespace ignored) → (host, port); `None` without a `:` or when

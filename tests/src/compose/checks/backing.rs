@@ -3,8 +3,8 @@
 //! replication factor and data centre fit the profile's nodes.
 
 use crate::compose::deployment::{OURS, PROFILES};
+use crate::compose::project::{flag, scalar_at, words};
 use crate::compose::service::{effective, env_of, host_port, redis_host_port};
-use crate::compose::yaml::{flag, scalar_at, words};
 use crate::compose::Compose;
 
 /// The backing-service address problems of `compose` in each profile (empty when there are
@@ -12,14 +12,14 @@ use crate::compose::Compose;
 pub fn check(compose: &Compose) -> Vec<String> {
     let mut problems = Vec::new();
     for profile in PROFILES {
-        let p = Some(profile.name);
-        let scylla_nodes = compose.scylla_nodes(p);
+        let project = compose.profile(profile.name);
+        let scylla_nodes = project.scylla_nodes();
         for ours in OURS {
-            if !compose.enabled(ours.service, p) {
+            if !project.has(ours.service) {
                 problems.push(format!("{} is not enabled in profile {}", ours.service, profile.name));
                 continue;
             }
-            let Some(env) = env_of(compose, ours.service, profile.vars, &mut problems) else {
+            let Some(env) = env_of(project, ours.service, &mut problems) else {
                 continue;
             };
             let value = |name: &str| effective(&env, ours.env, name).unwrap_or_default();
@@ -30,11 +30,11 @@ pub fn check(compose: &Compose) -> Vec<String> {
                     problems.push(format!("{}: `{broker}` is not host:port", at("QIM_KAFKA_BROKERS")));
                     continue;
                 };
-                if !compose.enabled(&host, p) {
+                if !project.has(&host) {
                     problems.push(format!("{}: `{host}` is not a service of the profile", at("QIM_KAFKA_BROKERS")));
                     continue;
                 }
-                let command = words(compose.ours(&host).get("command"));
+                let command = words(project.ours(&host).get("command"));
                 let advertised: Vec<String> = flag(&command, "--advertise-kafka-addr")
                     .unwrap_or_default()
                     .split(',')
@@ -51,11 +51,11 @@ pub fn check(compose: &Compose) -> Vec<String> {
 
             let url = value("QIM_REDIS_URL");
             match redis_host_port(&url) {
-                Some((host, _)) if !compose.enabled(&host, p) => {
+                Some((host, _)) if !project.has(&host) => {
                     problems.push(format!("{}: `{host}` is not a service of the profile", at("QIM_REDIS_URL")))
                 }
                 Some((host, port)) => {
-                    let image = scalar_at(compose.ours(&host), "image").unwrap_or_default();
+                    let image = scalar_at(project.ours(&host), "image").unwrap_or_default();
                     if !image.starts_with("redis") || port != 6379 {
                         problems.push(format!(
                             "{}: {host}:{port} is not a Redis service on 6379 (image `{image}`)",

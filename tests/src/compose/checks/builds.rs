@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crate::compose::deployment::{MIGRATE, OURS};
 use crate::compose::dockerfile::{dockerfile_stages, entrypoint_program, inherited, stage, version};
-use crate::compose::yaml::{scalar_at, words};
+use crate::compose::project::{scalar_at, words};
 use crate::compose::{compose_dir, read, repo_root, Compose};
 
 /// The build problems of `compose` (empty when there are none): each of our services' `build`
@@ -19,9 +19,10 @@ pub fn check(compose: &Compose) -> Vec<String> {
     let stages = dockerfile_stages(&read(&dockerfile));
     let mut problems = Vec::new();
 
+    let every = compose.every();
     for ours in OURS {
-        let service = compose.ours(ours.service);
-        let Some(build) = service.get("build").filter(|b| b.is_mapping()) else {
+        let service = every.ours(ours.service);
+        let Some(build) = service.get("build").filter(|b| b.is_object()) else {
             problems.push(format!("{}: needs a `build` mapping (context, dockerfile, target)", ours.service));
             continue;
         };
@@ -73,7 +74,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
             ));
         }
     }
-    let migrate = words(compose.ours(MIGRATE).get("command"));
+    let migrate = words(every.ours(MIGRATE).get("command"));
     if migrate.first().map(String::as_str) != Some("migrate") {
         problems.push(format!("migrate: command is {migrate:?}, expected [\"migrate\", ...]"));
     }

@@ -16,7 +16,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
     for profile in PROFILES {
         let mut shared: BTreeMap<String, BTreeMap<String, &str>> = BTreeMap::new();
         for ours in OURS {
-            let env = match environment(compose.ours(ours.service), profile.vars) {
+            let env = match environment(compose.profile(profile.name).ours(ours.service)) {
                 Ok(env) => env,
                 Err(e) => {
                     problems.push(format!("{} [{}]: {e}", ours.service, profile.name));

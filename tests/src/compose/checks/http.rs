@@ -6,17 +6,18 @@ use std::collections::BTreeMap;
 use qim_store::env::EnvVar;
 
 use crate::compose::deployment::OURS;
+use crate::compose::project::words;
 use crate::compose::service::{env_of, host_port, ports};
-use crate::compose::yaml::words;
 use crate::compose::Compose;
 
 /// The HTTP address, port and healthcheck problems of `compose` (empty when there are none),
 /// including two services of one profile publishing the same host port.
 pub fn check(compose: &Compose) -> Vec<String> {
     let mut problems = Vec::new();
+    let every = compose.every();
     for ours in OURS {
-        let service = compose.ours(ours.service);
-        let Some(env) = env_of(compose, ours.service, &[], &mut problems) else {
+        let service = every.ours(ours.service);
+        let Some(env) = env_of(every, ours.service, &mut problems) else {
             continue;
         };
         let http: Vec<&EnvVar> =
@@ -75,16 +76,13 @@ pub fn check(compose: &Compose) -> Vec<String> {
         }
     }
     // No two services of one profile may publish the same host port.
-    for profile in [None, Some("dev"), Some("rf3")] {
+    for (profile, project) in compose.variants() {
         let mut seen: BTreeMap<u16, String> = BTreeMap::new();
-        for name in compose.names() {
-            if !compose.enabled(&name, profile) {
-                continue;
-            }
-            for p in ports(compose.ours(&name)).unwrap_or_default() {
+        for name in project.names() {
+            for p in ports(project.ours(&name)).unwrap_or_default() {
                 if let Some(host) = p.published {
                     if let Some(other) = seen.insert(host, name.clone()) {
-                        problems.push(format!("[{profile:?}] {name} and {other} both publish host port {host}"));
+                        problems.push(format!("[{profile}] {name} and {other} both publish host port {host}"));
                     }
                 }
             }

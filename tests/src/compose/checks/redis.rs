@@ -1,22 +1,24 @@
 //! Redis runs with AOF (`everysec`), never evicts, and keeps its data on a volume.
 
-use crate::compose::yaml::{flag, scalar_at, words};
+use crate::compose::project::{flag, scalar_at, words};
+use crate::compose::service::mounts;
 use crate::compose::Compose;
 
 /// The Redis persistence problems of `compose` (empty when there are none), including there
 /// being no Redis service.
 pub fn check(compose: &Compose) -> Vec<String> {
     let mut problems = Vec::new();
-    let redis: Vec<String> = compose
+    let every = compose.every();
+    let redis: Vec<String> = every
         .names()
         .into_iter()
-        .filter(|n| scalar_at(compose.ours(n), "image").is_some_and(|i| i.starts_with("redis")))
+        .filter(|n| scalar_at(every.ours(n), "image").is_some_and(|i| i.starts_with("redis")))
         .collect();
     if redis.is_empty() {
         problems.push("no Redis service (image redis:...)".into());
     }
     for name in redis {
-        let service = compose.ours(&name);
+        let service = every.ours(&name);
         let command = words(service.get("command"));
         for (option, value) in
             [("--appendonly", "yes"), ("--appendfsync", "everysec"), ("--maxmemory-policy", "noeviction")]
@@ -28,8 +30,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
                 ));
             }
         }
-        let volumes = words(service.get("volumes"));
-        if !volumes.iter().any(|v| v.split(':').nth(1) == Some("/data")) {
+        if !mounts(service).iter().any(|m| m.target == "/data") {
             problems.push(format!("{name}: no volume mounted at /data (the AOF would die with the container)"));
         }
     }

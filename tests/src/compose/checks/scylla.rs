@@ -6,21 +6,23 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use crate::compose::deployment::{MIGRATE, PROFILES, RF3_GUARD, SCYLLA_SEED};
-use crate::compose::interpolate::expand;
-use crate::compose::service::depends_on;
-use crate::compose::yaml::{flag, words};
+use crate::compose::project::{flag, words, Project};
+use crate::compose::service::{depends_on, mounts};
 use crate::compose::Compose;
 
 /// The Scylla profile and rf3-guard problems of `compose` (empty when there are none). Runs
-/// the guard's script with `sh -c`, once with profile rf3's variables and once with none.
+/// the guard's script with `sh -c`, once as profile rf3's variables resolve it and once as no
+/// variables do (a second load of the file).
 pub fn check(compose: &Compose) -> Vec<String> {
     let mut problems = Vec::new();
-    let profiles = compose.all_profiles();
+    let every = compose.every();
+    let profiles: BTreeSet<String> = every.names().iter().flat_map(|n| words(every.ours(n).get("profiles"))).collect();
     for profile in PROFILES {
         if !profiles.contains(profile.name) {
             problems.push(format!("profile `{}` is not used by any service", profile.name));
         }
-        let nodes = compose.scylla_nodes(Some(profile.name));
+        let project = compose.profile(profile.name);
+        let nodes = project.scylla_nodes();
         if nodes.len() != profile.scylla_nodes {
             problems.push(format!(
                 "profile {} has Scylla nodes {nodes:?}, expected {}",
@@ -32,7 +34,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
         }
         let mut data_volumes = BTreeSet::new();
         for node in &nodes {
-            let service = compose.ours(node);
+            let service = project.ours(node);
             let command = words(service.get("command"));
             let seeds = flag(&command, "--seeds").unwrap_or_default();
             if !seeds.split(',').any(|s| s == SCYLLA_SEED) {
@@ -45,36 +47,35 @@ pub fn check(compose: &Compose) -> Vec<String> {
                     }
                 }
             }
-            let volumes = words(service.get("volumes"));
-            match volumes.iter().find(|v| v.split(':').nth(1) == Some("/var/lib/scylla")) {
-                Some(v) if data_volumes.insert(v.split(':').next().unwrap_or_default().to_owned()) => {}
-                Some(v) => problems.push(format!("{node}: shares its data volume `{v}` with another node")),
+            match mounts(service).into_iter().find(|m| m.target == "/var/lib/scylla") {
+                Some(m) if data_volumes.insert(m.source.clone()) => {}
+                Some(m) => problems.push(format!("{node}: shares its data volume `{}` with another node", m.source)),
                 None => problems.push(format!("{node}: no volume mounted at /var/lib/scylla")),
             }
         }
     }
 
     // The rf3 guard: present only in rf3, waited for by migrate, and it really refuses RF 1.
-    match compose.service(RF3_GUARD) {
+    match every.service(RF3_GUARD) {
         None => problems.push(format!("service {RF3_GUARD} is missing")),
         Some(guard) => {
-            if compose.enabled(RF3_GUARD, Some("dev")) || !compose.enabled(RF3_GUARD, Some("rf3")) {
+            if compose.profile("dev").has(RF3_GUARD) || !compose.profile("rf3").has(RF3_GUARD) {
                 problems.push(format!("{RF3_GUARD} must run in profile rf3 only"));
             }
-            let waits = depends_on(compose.ours(MIGRATE))
+            let waits = depends_on(every.ours(MIGRATE))
                 .into_iter()
                 .any(|d| d.name == RF3_GUARD && d.condition == "service_completed_successfully");
             if !waits {
                 problems.push(format!("{MIGRATE} does not wait for {RF3_GUARD} to complete successfully"));
             }
             let entrypoint = words(guard.get("entrypoint"));
-            let script = words(guard.get("command")).join(" ");
             if entrypoint != ["/bin/sh", "-c"] {
                 problems.push(format!("{RF3_GUARD}: entrypoint {entrypoint:?}, expected [/bin/sh, -c]"));
             }
             let rf3 = PROFILES.iter().find(|p| p.name == "rf3").expect("rf3 is listed");
             for (vars, should_pass) in [(rf3.vars, true), (&[][..], false)] {
-                match expand(&script, vars) {
+                let script = |p: &Project| words(p.ours(RF3_GUARD).get("command")).join(" ");
+                match Project::load(&["rf3"], vars).map(|p| script(&p)) {
                     Ok(script) => {
                         let passed =
                             Command::new("sh").arg("-c").arg(&script).output().expect("run sh").status.success();

@@ -3,37 +3,38 @@
 //! migration, the topics and Redis, restart and stop gracefully.
 
 use crate::compose::deployment::{MIGRATE, OURS};
-use crate::compose::service::{depends_on, effective, env_of, redis_host_port};
-use crate::compose::yaml::{scalar_at, words};
+use crate::compose::project::{scalar_at, words};
+use crate::compose::service::{depends_on, effective, env_of, mounts, redis_host_port};
 use crate::compose::Compose;
 
 /// The start-up order problems of `compose` (empty when there are none), including
 /// healthcheck forms and undeclared named volumes.
 pub fn check(compose: &Compose) -> Vec<String> {
     let mut problems = Vec::new();
-    if compose.doc().get("version").is_some() {
-        problems.push("the obsolete top-level `version:` key is set".into());
+    for (profile, project) in compose.variants() {
+        for warning in project.warnings() {
+            problems.push(format!("[{profile}] the Compose loader warns: {warning}"));
+        }
     }
-    let names = compose.names();
-    let declared_volumes = compose.declared_volumes();
+    let every = compose.every();
+    let names = every.names();
+    let declared_volumes = every.declared_volumes();
 
     for name in &names {
-        let service = compose.ours(name);
+        let service = every.ours(name);
         if let Some(health) = service.get("healthcheck") {
             let test = words(health.get("test"));
             if !matches!(test.first().map(String::as_str), Some("CMD" | "CMD-SHELL" | "NONE")) {
                 problems.push(format!("{name}: healthcheck.test must start with CMD or CMD-SHELL"));
             }
         }
-        for volume in words(service.get("volumes")) {
-            let source = volume.split(':').next().unwrap_or_default();
-            let named = volume.contains(':') && !source.starts_with(['.', '/', '~', '$']);
-            if named && !declared_volumes.contains(source) {
-                problems.push(format!("{name}: volume `{source}` is not declared under top-level `volumes`"));
+        for mount in mounts(service) {
+            if mount.kind == "volume" && !mount.source.is_empty() && !declared_volumes.contains(&mount.source) {
+                problems.push(format!("{name}: volume `{}` is not declared under top-level `volumes`", mount.source));
             }
         }
         for dep in depends_on(service) {
-            let Some(target) = compose.service(&dep.name) else {
+            let Some(target) = every.service(&dep.name) else {
                 problems.push(format!("{name}: depends on `{}`, which is not a service", dep.name));
                 continue;
             };
@@ -58,12 +59,12 @@ pub fn check(compose: &Compose) -> Vec<String> {
     }
 
     // Compose rejects a project in which an enabled service requires a disabled one.
-    for profile in [None, Some("dev"), Some("rf3")] {
-        for name in names.iter().filter(|n| compose.enabled(n, profile)) {
-            for dep in depends_on(compose.ours(name)) {
-                if dep.required && !compose.enabled(&dep.name, profile) {
+    for (profile, project) in compose.variants() {
+        for name in project.names() {
+            for dep in depends_on(project.ours(&name)) {
+                if dep.required && !project.has(&dep.name) {
                     problems.push(format!(
-                        "profile {profile:?}: {name} requires {}, which the profile does not \
+                        "profile {profile}: {name} requires {}, which the profile does not \
                          start (`required: false` or a shared profile)",
                         dep.name
                     ));
@@ -73,9 +74,9 @@ pub fn check(compose: &Compose) -> Vec<String> {
     }
 
     // Our services: migrate first, topics created, Redis healthy; restart and graceful stop.
-    let init_services = compose.topic_init_services();
+    let init_services = every.topic_init_services();
     for ours in OURS {
-        let service = compose.ours(ours.service);
+        let service = every.ours(ours.service);
         let deps = depends_on(service);
         let waits_for =
             |target: &str, condition: &str| deps.iter().any(|d| d.name == target && d.condition == condition);
@@ -84,7 +85,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
             if restart != "no" {
                 problems.push(format!("{}: a one-shot needs restart: \"no\", has {restart:?}", ours.service));
             }
-            for node in compose.scylla_nodes(Some("rf3")).iter().chain(&compose.scylla_nodes(Some("dev"))) {
+            for node in compose.profile("rf3").scylla_nodes().iter().chain(&compose.profile("dev").scylla_nodes()) {
                 if !waits_for(node, "service_healthy") {
                     problems.push(format!("{}: does not wait for {node} to be healthy", ours.service));
                 }
@@ -110,10 +111,10 @@ pub fn check(compose: &Compose) -> Vec<String> {
                 problems.push(format!("{}: does not wait for {init} (topics) to complete", ours.service));
             }
         }
-        let env = env_of(compose, ours.service, &[], &mut problems).unwrap_or_default();
+        let env = env_of(every, ours.service, &mut problems).unwrap_or_default();
         let redis = effective(&env, ours.env, "QIM_REDIS_URL").and_then(|u| redis_host_port(&u));
         // A Redis URL naming no service is reported by the backing-services check.
-        if let Some((redis, _)) = redis.filter(|(host, _)| compose.service(host).is_some()) {
+        if let Some((redis, _)) = redis.filter(|(host, _)| every.has(host)) {
             if !waits_for(&redis, "service_healthy") {
                 problems.push(format!("{}: does not wait for {redis} to be healthy", ours.service));
             }

@@ -4,10 +4,9 @@
 use std::collections::BTreeMap;
 
 use crate::compose::deployment::OURS;
-use crate::compose::interpolate::expand;
+use crate::compose::project::script;
 use crate::compose::service::{effective, env_of};
 use crate::compose::topics::{created_topics, TopicSpec};
-use crate::compose::yaml::script;
 use crate::compose::Compose;
 
 /// The topic problems of `compose` (empty when there are none).
@@ -18,9 +17,10 @@ use crate::compose::Compose;
 pub fn check(compose: &Compose) -> Vec<String> {
     let mut problems = Vec::new();
     let mut created: BTreeMap<String, TopicSpec> = BTreeMap::new();
-    let init_services = compose.topic_init_services();
+    let every = compose.every();
+    let init_services = every.topic_init_services();
     for name in &init_services {
-        match expand(&script(compose.ours(name)), &[]).and_then(|s| created_topics(&s)) {
+        match created_topics(&script(every.ours(name))) {
             Ok(topics) => created.extend(topics),
             Err(e) => problems.push(format!("{name}: {e}")),
         }
@@ -29,7 +29,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
 
     // Every topic any service reads or writes, as configured and by default.
     for ours in OURS {
-        let Some(env) = env_of(compose, ours.service, &[], &mut problems) else {
+        let Some(env) = env_of(every, ours.service, &mut problems) else {
             continue;
         };
         for var in ours.env.iter().flat_map(|t| t.iter()) {
@@ -48,7 +48,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
 
     // Dispatch topic: partition = mailbox shard.
     let dispatcher = OURS.iter().find(|o| o.service == "mailbox-dispatcher").expect("the dispatcher is one of ours");
-    let env = env_of(compose, dispatcher.service, &[], &mut problems).unwrap_or_default();
+    let env = env_of(every, dispatcher.service, &mut problems).unwrap_or_default();
     let shards = effective(&env, dispatcher.env, "QIM_MAILBOX_SHARDS").unwrap_or_default();
     let dispatch = effective(&env, dispatcher.env, "QIM_DISPATCH_TOPIC").unwrap_or_default();
     let partitions = created.get(&dispatch).and_then(|t| t.partitions);
@@ -61,7 +61,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
 
     // The message log outlives the hot window, so the hot tier can be rebuilt from Kafka.
     let writer = &OURS[0];
-    let env = env_of(compose, writer.service, &[], &mut problems).unwrap_or_default();
+    let env = env_of(every, writer.service, &mut problems).unwrap_or_default();
     let messages = effective(&env, writer.env, "QIM_MESSAGES_TOPIC").unwrap_or_default();
     let hot_days: i64 = effective(&env, writer.env, "QIM_HOT_WINDOW_DAYS").and_then(|d| d.parse().ok()).unwrap_or(0);
     let retention =
