@@ -14,6 +14,8 @@ use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::scylla::archive_check;
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 
+use qim_store::service::kafka::consumer::Lease;
+
 use crate::source::Incoming;
 
 /// A record that must not be archived, and why.
@@ -53,8 +55,8 @@ impl Valid {
 pub struct PartitionBatch {
     /// The partition.
     pub partition: i32,
-    /// The partition's epoch when the records were received.
-    pub epoch: u64,
+    /// The lease of the partition the records were received under.
+    pub lease: Lease,
     /// The batch's last offset (storing it makes the group resume after it).
     pub last_offset: i64,
     /// Records to archive.
@@ -104,7 +106,7 @@ pub fn classify(incoming: Incoming, policy: &RetentionPolicy) -> Verdict {
     Verdict::Archive(Valid { record, timestamp_ms: incoming.timestamp_ms, retention_mismatch, incoming })
 }
 
-/// Splits `records` (any order, any partitions, one epoch each) into per-partition batches in
+/// Splits `records` (any order, any partitions, one lease each) into per-partition batches in
 /// offset order, dropping duplicates of an offset (a partition re-read after a seek).
 pub fn partition_batches(mut records: Vec<Incoming>, policy: &RetentionPolicy) -> Vec<PartitionBatch> {
     records.sort_by_key(|r| (r.partition, r.offset));
@@ -112,11 +114,11 @@ pub fn partition_batches(mut records: Vec<Incoming>, policy: &RetentionPolicy) -
     let mut out: Vec<PartitionBatch> = Vec::new();
     for incoming in records {
         let batch = match out.last_mut() {
-            Some(b) if b.partition == incoming.partition && b.epoch == incoming.epoch => b,
+            Some(b) if b.partition == incoming.partition && b.lease.same_as(&incoming.lease) => b,
             _ => {
                 out.push(PartitionBatch {
                     partition: incoming.partition,
-                    epoch: incoming.epoch,
+                    lease: incoming.lease.clone(),
                     last_offset: 0,
                     valid: Vec::new(),
                     poison: Vec::new(),
@@ -162,7 +164,7 @@ mod tests {
         Incoming {
             partition,
             offset,
-            epoch: 0,
+            lease: Lease::fixed(partition),
             key: Some(m.key.to_vec()),
             value: Some(m.value),
             headers: vec![

@@ -24,6 +24,7 @@ use std::time::Duration;
 use futures_util::future::try_join_all;
 use metrics::counter;
 use qim_store::retention::RetentionPolicy;
+use qim_store::service::kafka::consumer::Leases;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::time::Instant;
@@ -33,7 +34,7 @@ use crate::batch::{partition_batches, PartitionBatch};
 use crate::config::BatchLimits;
 use crate::metrics::{ABANDONED, CONSUMER_ERRORS};
 use crate::pipeline::{Outcome, Processor};
-use crate::source::{ArchiverConsumer, Incoming, Rebalances};
+use crate::source::{ArchiverConsumer, Incoming};
 
 /// A batch still running after this long pauses the partitions and keeps polling.
 const KEEPALIVE_AFTER: Duration = Duration::from_secs(5);
@@ -41,7 +42,7 @@ const KEEPALIVE_AFTER: Duration = Duration::from_secs(5);
 /// The consumer loop (see the module docs).
 pub struct ConsumerLoop {
     consumer: Arc<ArchiverConsumer>,
-    rebalances: Arc<Rebalances>,
+    leases: Arc<Leases>,
     processor: Arc<Processor>,
     topic: String,
     limits: BatchLimits,
@@ -52,13 +53,13 @@ impl ConsumerLoop {
     /// A loop over `consumer` (not yet subscribed) reading `topic`.
     pub fn new(
         consumer: Arc<ArchiverConsumer>,
-        rebalances: Arc<Rebalances>,
+        leases: Arc<Leases>,
         processor: Arc<Processor>,
         topic: &str,
         limits: BatchLimits,
         policy: RetentionPolicy,
     ) -> Self {
-        Self { consumer, rebalances, processor, topic: topic.to_owned(), limits, policy }
+        Self { consumer, leases, processor, topic: topic.to_owned(), limits, policy }
     }
 
     /// Subscribes and runs until `shutdown` (then commits what is stored) or a fatal error.
@@ -97,8 +98,8 @@ impl ConsumerLoop {
             };
             match received {
                 Ok(message) => {
-                    let epoch = self.rebalances.epoch(rdkafka::Message::partition(&message));
-                    batch.push(Incoming::from_message(&message, epoch));
+                    let lease = self.leases.get_or_ended(rdkafka::Message::partition(&message));
+                    batch.push(Incoming::from_message(&message, lease));
                     deadline.get_or_insert_with(|| Instant::now() + self.limits.max_wait);
                 }
                 Err(e) => {
@@ -107,7 +108,7 @@ impl ConsumerLoop {
                 }
             }
         }
-        batch.retain(|r| self.rebalances.owns(r.partition, r.epoch));
+        batch.retain(|r| r.lease.is_live());
         batch
     }
 
@@ -136,8 +137,8 @@ impl ConsumerLoop {
                 }
                 received = self.consumer.recv(), if paused.is_some() => match received {
                     Ok(message) => {
-                        let epoch = self.rebalances.epoch(rdkafka::Message::partition(&message));
-                        carry.push(Incoming::from_message(&message, epoch));
+                        let lease = self.leases.get_or_ended(rdkafka::Message::partition(&message));
+                        carry.push(Incoming::from_message(&message, lease));
                     }
                     Err(e) => {
                         counter!(CONSUMER_ERRORS).increment(1);
@@ -156,14 +157,14 @@ impl ConsumerLoop {
     }
 
     async fn process_partition(&self, batch: &PartitionBatch, shutdown: &CancellationToken) -> anyhow::Result<()> {
-        let (partition, epoch) = (batch.partition, batch.epoch);
-        let revoked = || (!self.rebalances.owns(partition, epoch)).then_some("revoked");
+        let (partition, lease) = (batch.partition, &batch.lease);
+        let revoked = || (!lease.is_live()).then_some("revoked");
         let outcome = match revoked() {
             Some(cause) => Outcome::Abandoned(cause),
             None => self.processor.apply_with_retry(batch, revoked, shutdown).await.map_err(anyhow::Error::msg)?,
         };
         match outcome {
-            Outcome::Done if self.rebalances.owns(partition, epoch) => {
+            Outcome::Done if lease.is_live() => {
                 crate::failpoint::crash_point("archiver::before_store_offset");
                 // librdkafka stores `offset + 1`: the group resumes after the last durable record.
                 if let Err(e) = self.consumer.store_offset(&self.topic, partition, batch.last_offset) {

@@ -3,7 +3,7 @@
 //! trim past its window, and replays the topic on demand.
 //!
 //! - [`config`]: the documented environment and its typed form;
-//! - [`source`]: the Kafka consumer (offset storage, rebalances, lag);
+//! - [`source`]: the Kafka consumer and owned copies of its records;
 //! - [`batch`]: decoding and classifying records (archive or dead-letter);
 //! - [`pipeline`]: one partition batch: dead letters → archive → watermarks, with retries;
 //! - [`consumer`]: the consumer loop of `run`; [`replay`]: the `replay` command;

@@ -1,6 +1,8 @@
 //! The archiver's metric names (Prometheus), in one place. Labels are low-cardinality: an
 //! outcome or reason from a fixed set, or a partition number.
 
+use qim_store::service::kafka::consumer::ConsumerMetrics;
+
 /// Counter, label `outcome`: `archived`, `dead_lettered`.
 pub const RECORDS: &str = "qim_archiver_records_total";
 /// Counter: partition batches made durable (offsets stored afterwards).
@@ -11,8 +13,14 @@ pub const BATCH_SECONDS: &str = "qim_archiver_batch_seconds";
 /// Histogram (seconds): the Kafka record's timestamp to the moment its archive rows were
 /// acknowledged.
 pub const END_TO_END_SECONDS: &str = "qim_archiver_end_to_end_seconds";
-/// Gauge, label `partition`: records of the topic not yet stored as consumed by this group.
+/// Gauge, labels `consumer` (`archiver`) and `partition`: records of the topic not yet stored
+/// as consumed by this group.
 pub const CONSUMER_LAG: &str = "qim_archiver_consumer_lag";
+/// Counter, labels `consumer` (`archiver`) and `event` (`assign`, `revoke`, `error`): rebalance
+/// callbacks of the group consumer.
+pub const REBALANCES: &str = "qim_archiver_rebalances_total";
+/// The group consumer's metrics.
+pub const CONSUMER: ConsumerMetrics = ConsumerMetrics { lag: CONSUMER_LAG, rebalances: REBALANCES };
 /// Counter, label `reason`: records sent to the dead-letter topic.
 pub const DEAD_LETTERS: &str = "qim_archiver_dead_letters_total";
 /// Counter, label `step`: `dead_letter`, `archive`, `watermark`: transient failures retried.
@@ -45,6 +53,7 @@ pub fn describe() {
     describe_histogram!(BATCH_SECONDS, Unit::Seconds, "Partition batch latency, retries included.");
     describe_histogram!(END_TO_END_SECONDS, Unit::Seconds, "Kafka record timestamp to archived.");
     describe_gauge!(CONSUMER_LAG, "Records not yet consumed, per partition.");
+    describe_counter!(REBALANCES, "Consumer group rebalance callbacks, by event.");
     describe_counter!(DEAD_LETTERS, "Records sent to the dead-letter topic, by reason.");
     describe_counter!(RETRIES, "Transient failures retried, by step.");
     describe_counter!(ABANDONED, "Partition batches given up before their offset was stored, by cause.");

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use qim_store::clock::{Clock, SystemClock};
+use qim_store::service::kafka::consumer::Lease;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
@@ -202,7 +203,7 @@ pub async fn replay(
                 Err(_) if batch.is_empty() => bail!("no record within {KAFKA_TIMEOUT:?} while replaying"),
                 Err(_) => break,
             };
-            let incoming = Incoming::from_message(&message, 0);
+            let incoming = Incoming::from_message(&message, Lease::fixed(rdkafka::Message::partition(&message)));
             let Some(end) = ends.get(&incoming.partition).copied() else { continue };
             if incoming.offset + 1 >= end {
                 ends.remove(&incoming.partition);

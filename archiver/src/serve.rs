@@ -18,6 +18,7 @@ use qim_store::clock::{Clock, SystemClock};
 use qim_store::redis::{ArchiveGaps, RedisMessageStore};
 use qim_store::scylla::ScyllaMessageStore;
 use qim_store::service::http::{operational_routes, ReadinessCheck};
+use qim_store::service::kafka::consumer::GroupContext;
 use qim_store::service::startup::{open_scylla_messages, Startup, Unreachable};
 use qim_store::service::telemetry;
 use tokio::task::JoinHandle;
@@ -28,7 +29,7 @@ use crate::consumer::ConsumerLoop;
 use crate::dlq::DeadLetters;
 use crate::hot_tier;
 use crate::pipeline::{Health, Processor};
-use crate::source::{group_consumer, ArchiverContext, Rebalances};
+use crate::source::group_consumer;
 use crate::watermark::Watermarks;
 
 /// Longest wait for topic metadata at startup.
@@ -99,8 +100,8 @@ pub async fn start(config: ArchiverConfig, shutdown: CancellationToken) -> anyho
             })
             .await?;
     }
-    let rebalances = Arc::new(Rebalances::default());
-    let context = ArchiverContext::new(&config.messages_topic, rebalances.clone());
+    let context = GroupContext::new("archiver", &config.messages_topic, crate::metrics::CONSUMER);
+    let leases = context.leases();
     let consumer =
         Arc::new(group_consumer(&config.kafka_brokers, &config.group, context).context("creating the kafka consumer")?);
     let watermarks = hot_tier.as_ref().map(|(_, w)| w.clone());
@@ -124,7 +125,7 @@ pub async fn start(config: ArchiverConfig, shutdown: CancellationToken) -> anyho
     let http =
         tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await });
     let consumer_loop =
-        ConsumerLoop::new(consumer, rebalances, processor, &config.messages_topic, config.batch, config.policy);
+        ConsumerLoop::new(consumer, leases, processor, &config.messages_topic, config.batch, config.policy);
     tracing::info!(%addr, topic = %config.messages_topic, group = %config.group, dlq = %config.dlq_topic, "archiver consuming");
     let task = tokio::spawn(async move {
         let result = consumer_loop.run(shutdown.clone()).await;

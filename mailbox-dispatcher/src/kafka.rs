@@ -1,129 +1,26 @@
-//! Kafka plumbing shared by the router and the shard workers: consumer settings, the
-//! rebalance-aware consumer context, the acknowledged producer and the dead-letter writer.
+//! Kafka plumbing shared by the router and the shard workers: the acknowledged producer and the
+//! dead-letter writer.
 //!
-//! Both consumers run at-least-once: `enable.auto.offset.store=false`, and an offset is stored
-//! (then auto-committed) only after the record's effect is durable. Assignment is
-//! `cooperative-sticky`, so a rebalance moves only the partitions that change owner.
-//!
-//! Revocation is handled explicitly: [`GroupContext`] keeps a cancellation token per owned
-//! partition; the revoke callback cancels it *before* the partition is given up, so the work of
-//! that partition stops scheduling new steps at once (steps already started finish; they are
-//! idempotent, and the new owner redoes whatever was not stored).
+//! Both consumers are the group consumers every qim service shares
+//! ([`qim_store::service::kafka::consumer`]) and run at-least-once: an offset is stored (then
+//! auto-committed) only after the record's effect is durable. The work of a partition holds its
+//! [`Lease`](qim_store::service::kafka::consumer::Lease): the revoke callback ends it *before*
+//! the partition is given up, so that work stops scheduling new steps at once (steps already
+//! started finish; they are idempotent, and the new owner redoes whatever was not stored).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics::counter;
-use rdkafka::client::ClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{DEAD_LETTERS, REBALANCES};
+use crate::metrics::DEAD_LETTERS;
 
 /// How long one produce may wait for its acknowledgement before it is retried.
 pub use qim_store::service::kafka::DELIVERY_TIMEOUT;
-
-/// Settings of a dispatcher consumer in `group`.
-pub fn consumer_config(brokers: &str, group: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", "1000")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "2000");
-    c
-}
-
-/// The partitions a consumer owns, each with the token that stops its work.
-#[derive(Default)]
-pub struct Owned {
-    partitions: Mutex<HashMap<i32, CancellationToken>>,
-}
-
-impl Owned {
-    /// The token of `partition` while it is assigned.
-    pub fn token(&self, partition: i32) -> Option<CancellationToken> {
-        self.lock().get(&partition).cloned()
-    }
-
-    /// Cancels and forgets every partition (shutdown).
-    pub fn release_all(&self) {
-        for (_, token) in self.lock().drain() {
-            token.cancel();
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, CancellationToken>> {
-        self.partitions.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// Consumer context: records assignments in [`Owned`] and cancels revoked partitions' work.
-pub struct GroupContext {
-    consumer: &'static str,
-    topic: String,
-    owned: Arc<Owned>,
-}
-
-impl GroupContext {
-    /// A context for `consumer` (`router` or `shards`, for logs and metrics) reading `topic`.
-    pub fn new(consumer: &'static str, topic: &str) -> Self {
-        Self { consumer, topic: topic.to_owned(), owned: Arc::default() }
-    }
-
-    /// The owned-partition registry.
-    pub fn owned(&self) -> Arc<Owned> {
-        Arc::clone(&self.owned)
-    }
-
-    fn partitions<'a>(&'a self, tpl: &'a rdkafka::TopicPartitionList) -> impl Iterator<Item = i32> + 'a {
-        tpl.elements().into_iter().filter(|e| e.topic() == self.topic).map(|e| e.partition())
-    }
-}
-
-impl ClientContext for GroupContext {}
-
-impl ConsumerContext for GroupContext {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance {
-            let mut owned = self.owned.lock();
-            let revoked: Vec<i32> = self.partitions(tpl).collect();
-            for p in &revoked {
-                if let Some(token) = owned.remove(p) {
-                    token.cancel();
-                }
-            }
-            counter!(REBALANCES, "consumer" => self.consumer, "event" => "revoke").increment(1);
-            tracing::info!(consumer = self.consumer, partitions = ?revoked, "partitions revoked, their work stops");
-        }
-    }
-
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => {
-                let mut owned = self.owned.lock();
-                let assigned: Vec<i32> = self.partitions(tpl).collect();
-                for p in &assigned {
-                    owned.entry(*p).or_default();
-                }
-                counter!(REBALANCES, "consumer" => self.consumer, "event" => "assign").increment(1);
-                tracing::info!(consumer = self.consumer, partitions = ?assigned, "partitions assigned");
-            }
-            Rebalance::Revoke(_) => {}
-            Rebalance::Error(e) => tracing::warn!(consumer = self.consumer, error = %e, "rebalance failed"),
-        }
-    }
-}
 
 /// Why a produce failed.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,8 @@
 //! The dispatcher's metric names (Prometheus), in one place. Labels are low-cardinality: shard
 //! numbers (bounded by `QIM_MAILBOX_SHARDS`), outcomes and error kinds, never ids.
 
+use qim_store::service::kafka::consumer::ConsumerMetrics;
+
 /// Counter, label `outcome`: `routed` (dispatch records acknowledged), `no_members`,
 /// `dead_lettered` (undecodable message).
 pub const ROUTER_MESSAGES: &str = "qim_dispatcher_router_messages_total";
@@ -32,8 +34,13 @@ pub const SHARD_RESYNCS: &str = "qim_dispatcher_shard_resyncs_total";
 pub const RETRIES: &str = "qim_dispatcher_retries_total";
 /// Counter, label `topic`: records written to the dead-letter topic.
 pub const DEAD_LETTERS: &str = "qim_dispatcher_dead_letters_total";
-/// Counter, labels `consumer` (`router`, `shards`) and `event` (`assign`, `revoke`).
+/// Counter, labels `consumer` (`router`, `shards`) and `event` (`assign`, `revoke`, `error`).
 pub const REBALANCES: &str = "qim_dispatcher_rebalances_total";
+/// Gauge, labels `consumer` (`router`, `shards`) and `partition`: records of the consumer's
+/// topic not yet stored as consumed by its group (held partitions only).
+pub const CONSUMER_LAG: &str = "qim_dispatcher_consumer_lag";
+/// The group consumers' metrics.
+pub const CONSUMER: ConsumerMetrics = ConsumerMetrics { lag: CONSUMER_LAG, rebalances: REBALANCES };
 /// Counter: completed dispatches forgotten by GC.
 pub const DISPATCHES_COLLECTED: &str = "qim_dispatcher_dispatches_collected_total";
 /// Counter, labels `route` and `status`: HTTP requests answered.
@@ -60,6 +67,7 @@ pub fn describe() {
     describe_counter!(RETRIES, "Failed store or Kafka steps that were retried, by step and error kind.");
     describe_counter!(DEAD_LETTERS, "Records written to the dead-letter topic.");
     describe_counter!(REBALANCES, "Consumer group rebalances, by consumer and event.");
+    describe_gauge!(CONSUMER_LAG, "Records not yet consumed, by consumer and partition.");
     describe_counter!(DISPATCHES_COLLECTED, "Completed dispatches forgotten by GC.");
     describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status.");
 }

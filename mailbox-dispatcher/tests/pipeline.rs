@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use qim_mailbox_dispatcher::config::KafkaConfig;
-use qim_mailbox_dispatcher::kafka::{consumer_config, AckedProducer, GroupContext};
+use qim_mailbox_dispatcher::kafka::AckedProducer;
+use qim_mailbox_dispatcher::metrics::CONSUMER;
 use qim_mailbox_dispatcher::worker::pipeline::{Pipeline, MAX_WINDOW_RECORDS};
 use qim_mailbox_dispatcher::worker::steps::{Record, ShardContext};
 use qim_store::clock::SystemClock;
@@ -20,6 +21,7 @@ use qim_store::mailbox::{
 };
 use qim_store::memory::MemoryMailboxStore;
 use qim_store::message::MessageKind;
+use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext};
 use qim_store::topic::dispatch_key;
 use qim_store::{MailboxStore, StoreResult};
 use tokio::sync::{mpsc, watch};
@@ -119,7 +121,9 @@ fn pipeline(store: Arc<dyn MailboxStore>, capacity: usize) -> (mpsc::Sender<Reco
         dlq_topic: "dlq".to_owned(),
         group: "pipeline-test".to_owned(),
     };
-    let consumer = consumer_config(&kafka.brokers, "g").create_with_context(GroupContext::new("shards", "d")).unwrap();
+    let consumer = group_consumer_config(&kafka.brokers, "g")
+        .create_with_context(GroupContext::new("shards", "d", CONSUMER))
+        .unwrap();
     let ctx = Arc::new(ShardContext {
         store,
         producer: AckedProducer::new(&kafka.brokers).unwrap(),

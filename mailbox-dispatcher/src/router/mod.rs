@@ -32,10 +32,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use self::route::{encode, manifests, DispatchRecord};
+use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext, Leases};
+
 use crate::config::KafkaConfig;
-use crate::kafka::{
-    consumer_config, dead_letter, original_headers, AckedProducer, GroupContext, Outgoing, Owned, Refused, SendError,
-};
+use crate::kafka::{dead_letter, original_headers, AckedProducer, Outgoing, Refused, SendError};
 use crate::metrics::{RETRIES, ROUTER_FANOUT, ROUTER_FANOUT_SHARDS, ROUTER_MESSAGES};
 use crate::retry::{never, retry_store, Backoff};
 
@@ -62,7 +62,7 @@ struct InFlight<T> {
 /// The router: a consumer of the messages topic and a producer of dispatch records.
 pub struct Router {
     consumer: Arc<StreamConsumer<GroupContext>>,
-    owned: Arc<Owned>,
+    leases: Arc<Leases>,
     producer: AckedProducer,
     members: Arc<dyn MembershipStore>,
     kafka: KafkaConfig,
@@ -77,13 +77,13 @@ impl Router {
         members: Arc<dyn MembershipStore>,
         producer: AckedProducer,
     ) -> anyhow::Result<Self> {
-        let context = GroupContext::new("router", &kafka.messages_topic);
-        let owned = context.owned();
-        let consumer: StreamConsumer<GroupContext> = consumer_config(&kafka.brokers, &kafka.router_group())
+        let context = GroupContext::new("router", &kafka.messages_topic, crate::metrics::CONSUMER);
+        let leases = context.leases();
+        let consumer: StreamConsumer<GroupContext> = group_consumer_config(&kafka.brokers, &kafka.router_group())
             .create_with_context(context)
             .context("creating the router's consumer")?;
         consumer.subscribe(&[&kafka.messages_topic]).context("subscribing to the messages topic")?;
-        Ok(Self { consumer: Arc::new(consumer), owned, producer, members, kafka: kafka.clone(), shards })
+        Ok(Self { consumer: Arc::new(consumer), leases, producer, members, kafka: kafka.clone(), shards })
     }
 
     /// Routes until `shutdown`, then drains what is in flight (abandoning it after
@@ -120,7 +120,7 @@ impl Router {
                 () = &mut drain_deadline, if !abandoned => {
                     let in_flight = resolving.len() + delivering.len();
                     tracing::warn!(in_flight, "router drain timed out, abandoning (they are redelivered)");
-                    self.owned.release_all();
+                    self.leases.release_all();
                     abandoned = true;
                 }
                 received = self.consumer.recv(), if room && !stopping => match received {
@@ -133,7 +133,7 @@ impl Router {
                 () = shutdown.cancelled(), if !stopping => {}
             }
         }
-        self.owned.release_all();
+        self.leases.release_all();
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "final router commit (nothing stored?)");
         }
@@ -143,7 +143,7 @@ impl Router {
 
     /// Starts resolving a received message, if its partition is still ours.
     fn accept(&self, m: OwnedMessage, resolving: &mut VecDeque<InFlight<Option<Resolved>>>) {
-        let Some(token) = self.owned.token(m.partition()) else {
+        let Some(token) = self.leases.get(m.partition()).map(|lease| lease.token().clone()) else {
             tracing::debug!(
                 partition = m.partition(),
                 offset = m.offset(),

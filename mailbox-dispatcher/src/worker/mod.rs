@@ -34,8 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::pipeline::Pipeline;
 use self::steps::{Record, ShardContext};
+use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext, Leases};
+
 use crate::config::DispatcherConfig;
-use crate::kafka::{consumer_config, AckedProducer, GroupContext, Owned};
+use crate::kafka::AckedProducer;
 
 /// Records buffered between the consumer and one pipeline.
 pub(super) const CHANNEL: usize = 256;
@@ -53,7 +55,7 @@ struct Running {
 /// The shard workers of one process.
 pub struct ShardWorkers {
     consumer: Arc<StreamConsumer<GroupContext>>,
-    owned: Arc<Owned>,
+    leases: Arc<Leases>,
     ctx: Arc<ShardContext>,
 }
 
@@ -65,9 +67,9 @@ impl ShardWorkers {
         producer: AckedProducer,
     ) -> anyhow::Result<Self> {
         let kafka = &config.kafka;
-        let context = GroupContext::new("shards", &kafka.dispatch_topic);
-        let owned = context.owned();
-        let consumer: StreamConsumer<GroupContext> = consumer_config(&kafka.brokers, &kafka.shard_group())
+        let context = GroupContext::new("shards", &kafka.dispatch_topic, crate::metrics::CONSUMER);
+        let leases = context.leases();
+        let consumer: StreamConsumer<GroupContext> = group_consumer_config(&kafka.brokers, &kafka.shard_group())
             .create_with_context(context)
             .context("creating the shard workers' consumer")?;
         consumer.subscribe(&[&kafka.dispatch_topic]).context("subscribing to the dispatch topic")?;
@@ -82,7 +84,7 @@ impl ShardWorkers {
             keep: config.keep_dispatches,
             advance_every: config.advance_every,
         });
-        Ok(Self { consumer, owned, ctx })
+        Ok(Self { consumer, leases, ctx })
     }
 
     /// Consumes until `shutdown`; then every pipeline finishes what it started (abandoned after
@@ -120,11 +122,11 @@ impl ShardWorkers {
         }
         tracing::info!(pipelines = running.len(), "shard workers draining");
         stopped.extend(running.into_values().map(|r| r.task));
-        let owned = Arc::clone(&self.owned);
+        let leases = Arc::clone(&self.leases);
         let abandon = tokio::spawn(async move {
             tokio::time::sleep(DRAIN_TIMEOUT).await;
             tracing::warn!("shard drain timed out, abandoning in-flight steps (they are redone)");
-            owned.release_all();
+            leases.release_all();
         });
         for task in stopped {
             if let Err(e) = task.await {
@@ -134,7 +136,7 @@ impl ShardWorkers {
             }
         }
         abandon.abort();
-        self.owned.release_all();
+        self.leases.release_all();
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "final shard commit (nothing stored?)");
         }
@@ -152,7 +154,7 @@ impl ShardWorkers {
         shutdown: &CancellationToken,
     ) -> Option<mpsc::Sender<Record>> {
         let partition = m.partition();
-        let Some(token) = self.owned.token(partition) else {
+        let Some(token) = self.leases.get(partition).map(|lease| lease.token().clone()) else {
             tracing::debug!(partition, offset = m.offset(), "record of a partition not owned, dropped");
             return None;
         };

@@ -16,7 +16,9 @@ use rdkafka::consumer::StreamConsumer;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::KafkaConfig;
-use crate::kafka::{dead_letter, AckedProducer, GroupContext, Refused};
+use qim_store::service::kafka::consumer::GroupContext;
+
+use crate::kafka::{dead_letter, AckedProducer, Refused};
 use crate::metrics::{CHUNK_BATCH_CHUNKS, CHUNK_SECONDS, DISPATCHES, DUPLICATES_ABSORBED, ENTRIES_WRITTEN};
 use crate::retry::{never, retry_store};
 

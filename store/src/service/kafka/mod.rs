@@ -1,6 +1,7 @@
 //! What every service does with Kafka the same way: how its producers are configured, what a
 //! dead letter carries, and which partitions a topic has (the start-up check that a topic
-//! exists, readiness probes, replay and tail-scan plans).
+//! exists, readiness probes, replay and tail-scan plans); group consumers and their partition
+//! leases in [`consumer`].
 
 use std::time::Duration;
 
@@ -10,6 +11,8 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, Producer};
 
 use crate::topic::{HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
+
+pub mod consumer;
 
 /// How long a produced record may wait for the broker's acknowledgement before its delivery
 /// fails (`message.timeout.ms`; the caller retries or reports it).
