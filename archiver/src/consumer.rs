@@ -22,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
-use metrics::counter;
 use qim_store::retention::RetentionPolicy;
 use qim_store::service::kafka::consumer::Leases;
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -32,7 +31,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::batch::{partition_batches, PartitionBatch};
 use crate::config::BatchLimits;
-use crate::metrics::{ABANDONED, CONSUMER_ERRORS};
+use qim_store::service::events::emit;
+
+use crate::events::{BatchAbandoned, ConsumerFailed};
 use crate::pipeline::{Outcome, Processor};
 use crate::source::{ArchiverConsumer, Incoming};
 
@@ -102,10 +103,7 @@ impl ConsumerLoop {
                     batch.push(Incoming::from_message(&message, lease));
                     deadline.get_or_insert_with(|| Instant::now() + self.limits.max_wait);
                 }
-                Err(e) => {
-                    counter!(CONSUMER_ERRORS).increment(1);
-                    tracing::warn!(error = %e, "kafka consumer error");
-                }
+                Err(error) => emit(ConsumerFailed { error: &error }),
             }
         }
         batch.retain(|r| r.lease.is_live());
@@ -140,10 +138,7 @@ impl ConsumerLoop {
                         let lease = self.leases.get_or_ended(rdkafka::Message::partition(&message));
                         carry.push(Incoming::from_message(&message, lease));
                     }
-                    Err(e) => {
-                        counter!(CONSUMER_ERRORS).increment(1);
-                        tracing::warn!(error = %e, "kafka consumer error");
-                    }
+                    Err(error) => emit(ConsumerFailed { error: &error }),
                 },
             }
         };
@@ -171,13 +166,9 @@ impl ConsumerLoop {
                     tracing::warn!(partition, error = %e, "storing an offset failed; the batch will be consumed again");
                 }
             }
-            Outcome::Done => {
-                counter!(ABANDONED, "cause" => "revoked").increment(1);
-                tracing::info!(partition, "batch durable but its partition was revoked; offset left to the next owner");
-            }
+            Outcome::Done => emit(BatchAbandoned { partition, cause: "revoked", records: batch.len(), durable: true }),
             Outcome::Abandoned(cause) => {
-                counter!(ABANDONED, "cause" => cause).increment(1);
-                tracing::info!(partition, cause, records = batch.len(), "batch abandoned before its offset was stored");
+                emit(BatchAbandoned { partition, cause, records: batch.len(), durable: false });
             }
         }
         Ok(())

@@ -11,11 +11,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{counter, gauge};
 use qim_store::redis::RedisMessageStore;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{TRIMMED, TRIM_WAITING};
+use qim_store::service::events::emit;
+
+use crate::events::{HotTierTrimFailed, HotTierTrimmed};
 use crate::watermark::Watermarks;
 
 /// Records removed per trim call.
@@ -34,14 +35,13 @@ pub async fn trim_once(hot: &RedisMessageStore) -> usize {
         match hot.trim_hot_history(TRIM_BATCH).await {
             Ok(report) => {
                 trimmed += report.trimmed;
-                counter!(TRIMMED).increment(report.trimmed as u64);
-                gauge!(TRIM_WAITING).set(report.waiting_for_archive as f64);
+                emit(HotTierTrimmed { trimmed: report.trimmed, waiting_for_archive: report.waiting_for_archive });
                 if report.trimmed < TRIM_BATCH {
                     break;
                 }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "trimming the hot tier failed, retrying next pass");
+            Err(error) => {
+                emit(HotTierTrimFailed { error: &error });
                 break;
             }
         }

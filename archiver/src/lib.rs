@@ -9,13 +9,15 @@
 //! - [`consumer`]: the consumer loop of `run`; [`replay`]: the `replay` command;
 //! - [`dlq`]: the dead-letter producer; [`watermark`]: the archived watermarks;
 //! - [`hot_tier`]: the hot-tier trim and the watermark rechecks;
-//! - [`serve`]: startup, run and shutdown; [`metrics`]: metric names;
+//! - [`serve`]: startup, run and shutdown; [`metrics`]: metric names; [`events`]: what the
+//!   archiver reports, each event's log line and metrics in one place;
 //! - [`failpoint`]: the crash points the fault-injection suite arms.
 
 pub mod batch;
 pub mod config;
 pub mod consumer;
 pub mod dlq;
+pub mod events;
 pub mod failpoint;
 pub mod hot_tier;
 pub mod metrics;

@@ -14,7 +14,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use metrics::{counter, histogram};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis};
 use qim_store::message::{MessageRecord, PublishedRecord};
 use qim_store::scylla::ScyllaMessageStore;
@@ -25,7 +24,9 @@ use tokio_util::sync::CancellationToken;
 use crate::batch::{PartitionBatch, Poison};
 use crate::dlq::DeadLetters;
 use crate::failpoint::crash_point;
-use crate::metrics::{BATCHES, BATCH_SECONDS, DEAD_LETTERS, END_TO_END_SECONDS, RECORDS, RETENTION_MISMATCH, RETRIES};
+use qim_store::service::events::emit;
+
+use crate::events::{BatchDurable, BatchStepFailed, BatchStepRecovered, RecordRefused, RecordsArchived};
 use crate::watermark::Watermarks;
 
 /// The dead-letter reason of a record whose coordinates hold another archived record.
@@ -152,16 +153,7 @@ impl Processor {
                     detail: c.detail,
                 })
                 .collect();
-            let now = UnixMillis::now().0;
-            for v in &batch.valid {
-                if let Some(ts) = v.timestamp_ms {
-                    histogram!(END_TO_END_SECONDS).record((now - ts).max(0) as f64 / 1000.0);
-                }
-                if v.retention_mismatch {
-                    counter!(RETENTION_MISMATCH).increment(1);
-                }
-            }
-            counter!(RECORDS, "outcome" => "archived").increment(report.written as u64);
+            emit(RecordsArchived { records: &batch.valid, written: report.written, now_ms: UnixMillis::now().0 });
             if self.raise_high_water {
                 self.raise_marks(batch).await?;
             }
@@ -218,26 +210,7 @@ impl Processor {
             dlq.send_all(poison).await.map_err(|error| Failure::Transient { step: "dead_letter", error })?;
         }
         for p in poison {
-            counter!(DEAD_LETTERS, "reason" => p.reason).increment(1);
-            counter!(RECORDS, "outcome" => "dead_lettered").increment(1);
-            if p.reason == CONFLICTING {
-                tracing::error!(
-                    partition = p.incoming.partition,
-                    offset = p.incoming.offset,
-                    detail = %p.detail,
-                    dead_lettered = self.dead_letters.is_some(),
-                    "record refused: its seq holds another archived record"
-                );
-            } else {
-                tracing::warn!(
-                    partition = p.incoming.partition,
-                    offset = p.incoming.offset,
-                    reason = p.reason,
-                    detail = %p.detail,
-                    dead_lettered = self.dead_letters.is_some(),
-                    "poison record"
-                );
-            }
+            emit(RecordRefused { poison: p, dead_lettered: self.dead_letters.is_some() });
         }
         Ok(())
     }
@@ -259,9 +232,8 @@ impl Processor {
                 Ok(()) => break,
                 Err(Failure::Fatal(why)) => return Err(why),
                 Err(Failure::Transient { step, error }) => {
-                    counter!(RETRIES, "step" => step).increment(1);
                     let pause = backoff.next_pause();
-                    tracing::warn!(partition = batch.partition, step, %error, retry_in = ?pause, "batch step failed");
+                    emit(BatchStepFailed { partition: batch.partition, step, error: &error, retry_in: pause });
                     self.health.set(Some(format!("{step}: {error}")));
                     if !Backoff::sleep(pause, shutdown).await {
                         return Ok(Outcome::Abandoned("shutdown"));
@@ -274,10 +246,9 @@ impl Processor {
         }
         if backoff.retried() {
             self.health.set(None);
-            tracing::info!(partition = batch.partition, "batch step recovered");
+            emit(BatchStepRecovered { partition: batch.partition });
         }
-        counter!(BATCHES).increment(1);
-        histogram!(BATCH_SECONDS).record(started.elapsed().as_secs_f64());
+        emit(BatchDurable { elapsed: started.elapsed() });
         Ok(Outcome::Done)
     }
 }

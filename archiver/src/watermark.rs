@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::stream::{self, TryStreamExt};
-use metrics::{counter, gauge};
 use qim_store::clock::Clock;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, UserId};
 use qim_store::message::{Direction, HistoryQuery, MessageRecord, MAX_PAGE_ITEMS};
@@ -48,7 +47,9 @@ use qim_store::redis::{ArchiveGaps, RedisMessageStore};
 use qim_store::scylla::ScyllaMessageStore;
 use qim_store::{HistoryAuthorizer, MessageStore, StoreResult};
 
-use crate::metrics::{WATERMARK_ADVANCES, WATERMARK_ERRORS, WATERMARK_GAPS};
+use qim_store::service::events::emit;
+
+use crate::events::{WatermarkAdvanced, WatermarkGaps, WatermarkNotEvaluated};
 
 type Conv = (TenantId, ConversationId);
 
@@ -221,7 +222,7 @@ impl Watermarks {
         let (extended, beyond) = extend(watermark, seqs);
         if extended > watermark {
             self.raise(conv, extended).await?;
-            counter!(WATERMARK_ADVANCES).increment(1);
+            emit(WatermarkAdvanced);
         }
         if !beyond && !self.is_pending(conv) {
             return Ok(());
@@ -281,7 +282,7 @@ impl Watermarks {
         }
         if watermark > start {
             self.raise(conv, watermark).await?;
-            counter!(WATERMARK_ADVANCES).increment(1);
+            emit(WatermarkAdvanced);
         }
         let due = match (exhausted, blocked) {
             (false, _) => Some(now),
@@ -309,7 +310,7 @@ impl Watermarks {
                 self.evaluate(conv).await.or_else(|e| tolerate(conv, e))
             })
             .await?;
-        gauge!(WATERMARK_GAPS).set(self.gaps.len().await? as f64);
+        emit(WatermarkGaps { waiting: self.gaps.len().await? });
         Ok(n)
     }
 }
@@ -320,8 +321,7 @@ fn tolerate(conv: Conv, e: qim_store::StoreError) -> StoreResult<()> {
     if e.kind().is_retryable() {
         return Err(e);
     }
-    counter!(WATERMARK_ERRORS).increment(1);
-    tracing::error!(conversation = %conv.1, error = %e, "archived watermark not evaluated");
+    emit(WatermarkNotEvaluated { conversation: &conv.1, error: &e });
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 //! - [`cli`]: the command line (clap): the shared admin subcommands and `--help` listing every
 //!   variable;
 //! - [`telemetry`]: logs (`QIM_LOG` filter) and the Prometheus recorder behind `/metrics`;
+//! - [`events`]: what a service reports, one type per event emitting its log line and metrics;
 //! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
 //! - [`shutdown`]: SIGTERM/SIGINT → a cancellation token;
 //! - [`settings`]: typed reads of the validated `QIM_*` environment;
@@ -13,6 +14,7 @@
 //!   interrupted by a cancellation token).
 
 pub mod cli;
+pub mod events;
 pub mod http;
 pub mod kafka;
 pub mod retry;
