@@ -23,11 +23,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use futures_util::FutureExt;
 use qim_store::mailbox::ShardId;
 use qim_store::MailboxStore;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::Message;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -105,19 +104,29 @@ impl ShardWorkers {
                     continue;
                 }
             };
-            let Some(input) = self.pipeline_for(&m, &mut running, &mut stopped, &shutdown) else { continue };
-            let record = Record {
+            let partition = m.partition();
+            let mut record = Record {
                 offset: u64::try_from(m.offset()).unwrap_or_default(),
                 key: m.key().map(<[u8]>::to_vec),
                 value: m.payload().map(<[u8]>::to_vec),
                 headers: crate::kafka::original_headers(m.headers()),
             };
             drop(m);
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                sent = input.send(record) => if sent.is_err() {
-                    tracing::debug!("a pipeline stopped before taking a record (revoked)");
-                },
+            // A pipeline closes its input when it ends: revoked (the record is not ours), or to
+            // seek its log back, after which the record is for the pipeline that follows it.
+            while let Some(input) =
+                self.pipeline_for(partition, record.offset, &mut running, &mut stopped, &shutdown).await
+            {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    sent = input.send(record) => match sent {
+                        Ok(()) => break,
+                        Err(mpsc::error::SendError(back)) => record = back,
+                    },
+                }
+            }
+            if shutdown.is_cancelled() {
+                break;
             }
         }
         tracing::info!(pipelines = running.len(), "shard workers draining");
@@ -144,34 +153,43 @@ impl ShardWorkers {
         Ok(())
     }
 
-    /// The input of the pipeline of `m`'s partition, started if needed; `None` when the
-    /// partition is not (or no longer) ours.
-    fn pipeline_for(
+    /// The input of the pipeline of `partition` (for a record at `offset`), started if needed;
+    /// `None` when the partition is not (or no longer) ours. A pipeline that closed its input
+    /// without being revoked ends by itself (it seeks its log back): it is waited for, and the
+    /// one that follows starts where it sought.
+    async fn pipeline_for(
         &self,
-        m: &BorrowedMessage<'_>,
+        partition: i32,
+        offset: u64,
         running: &mut HashMap<i32, Running>,
         stopped: &mut Vec<JoinHandle<Option<u64>>>,
         shutdown: &CancellationToken,
     ) -> Option<mpsc::Sender<Record>> {
-        let partition = m.partition();
         let Some(token) = self.leases.get(partition).map(|lease| lease.token().clone()) else {
-            tracing::debug!(partition, offset = m.offset(), "record of a partition not owned, dropped");
+            tracing::debug!(partition, offset, "record of a partition not owned, dropped");
             return None;
         };
         // Pipelines of revoked partitions finish in the background; reap the finished ones.
         stopped.retain(|t| !t.is_finished());
         if let Some(r) = running.get(&partition) {
-            if !r.token.is_cancelled() && !r.task.is_finished() {
+            if !r.token.is_cancelled() && !r.input.is_closed() {
                 return Some(r.input.clone());
             }
         }
         let mut resume_at = None;
         if let Some(old) = running.remove(&partition) {
-            if old.task.is_finished() && !old.token.is_cancelled() {
-                // It ended by itself: it sought the partition back (the store lost state).
-                resume_at = old.task.now_or_never().and_then(Result::ok).flatten();
-            } else {
+            if old.token.is_cancelled() {
                 stopped.push(old.task);
+            } else {
+                // It ended by itself (or is about to: its seek may still run): it sought the
+                // partition back because the store lost state.
+                resume_at = match old.task.await {
+                    Ok(sought) => sought,
+                    Err(e) => match e.try_into_panic() {
+                        Ok(panic) => std::panic::resume_unwind(panic),
+                        Err(_) => None,
+                    },
+                };
             }
         }
         let Ok(shard) = u16::try_from(partition).map(ShardId) else { return None };

@@ -164,7 +164,8 @@ impl Pipeline {
     /// Runs until revoked (then until every started step finished) or shut down (then until
     /// every received record is done), or until the store is found behind: then, once every
     /// started step finished, seeks the partition to where the store's watermarks are and
-    /// returns that offset (a new pipeline takes over from there).
+    /// returns that offset (a new pipeline takes over from there). Its `input` is closed before
+    /// that seek.
     pub async fn run(mut self, mut input: mpsc::Receiver<Record>) -> Option<u64> {
         self.check_incarnation();
         let (store, shard) = (Arc::clone(&self.ctx.store), self.shard);
@@ -224,6 +225,9 @@ impl Pipeline {
         }
         self.store_passed();
         if let (Some(to), false) = (self.rewind_to, self.revoked.is_cancelled()) {
+            // Closed before the seek: a record fetched after it can not be handed to this
+            // pipeline, which would drop it; the consumer loop gives it to the next one.
+            input.close();
             return seek_back(&self.ctx, self.shard, to).await;
         }
         let why = if self.revoked.is_cancelled() && !self.shutdown.is_cancelled() { "revoked" } else { "shutdown" };
