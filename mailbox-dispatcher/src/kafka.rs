@@ -10,14 +10,15 @@
 
 use std::time::Duration;
 
-use metrics::counter;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::DEAD_LETTERS;
+use qim_store::service::events::emit;
+
+use crate::events::{DeadLetterFailed, DeadLettered};
 
 /// How long one produce may wait for its acknowledgement before it is retried.
 pub use qim_store::service::kafka::DELIVERY_TIMEOUT;
@@ -187,12 +188,11 @@ pub async fn dead_letter(
         };
         match producer.send(out).await {
             Ok(()) => {
-                counter!(DEAD_LETTERS, "topic" => refused.topic.to_owned()).increment(1);
-                tracing::warn!(source = %source, reason = refused.reason, "record dead-lettered");
+                emit(DeadLettered { topic: refused.topic, source: &source, reason: refused.reason });
                 return true;
             }
             Err(e) => {
-                tracing::warn!(error = %e, source = %source, "dead-lettering failed, retrying");
+                emit(DeadLetterFailed { source: &source, error: &e });
                 if !backoff.pause(cancel).await {
                     return false;
                 }

@@ -18,6 +18,7 @@
 //!   pure bookkeeping, [`worker::pipeline`] the scheduling, [`worker::steps`] the store steps);
 //! - [`api`]: the mailbox read API; [`kafka`]: consumer/producer plumbing; [`retry`]: backoff;
 //! - [`backend`]: opening the stores; [`serve`]: startup, run and shutdown; [`metrics`]: names;
+//!   [`events`]: what the dispatcher reports, each event's log line and metrics in one place;
 //! - [`failpoint`]: the crash points the fault-injection suite arms.
 //!
 //! Retention: entries expire `QIM_MAILBOX_RETENTION_DAYS` after their message was created (to
@@ -27,6 +28,7 @@
 pub mod api;
 pub mod backend;
 pub mod config;
+pub mod events;
 pub mod failpoint;
 pub mod kafka;
 pub mod metrics;

@@ -6,11 +6,12 @@
 
 use std::future::Future;
 
-use metrics::counter;
 use qim_store::{ErrorKind, StoreError};
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::RETRIES;
+use qim_store::service::events::emit;
+
+use crate::events::StoreStepFailed;
 
 pub use qim_store::service::retry::Backoff;
 
@@ -33,14 +34,8 @@ where
         match op().await {
             Ok(v) => return Some(Ok(v)),
             Err(e) if gives_up(e.kind()) => return Some(Err(e)),
-            Err(e) => {
-                let kind = e.kind();
-                counter!(RETRIES, "step" => step, "kind" => kind.as_str()).increment(1);
-                if kind.is_retryable() {
-                    tracing::warn!(step, error = %e, "store step failed, retrying");
-                } else {
-                    tracing::error!(step, error = %e, "store step refused, retrying until fixed (failing closed)");
-                }
+            Err(error) => {
+                emit(StoreStepFailed { step, error: &error });
                 if !backoff.pause(cancel).await {
                     return None;
                 }

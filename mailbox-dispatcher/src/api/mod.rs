@@ -16,15 +16,13 @@ mod mailbox;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
-use metrics::counter;
 use metrics_exporter_prometheus::PrometheusHandle;
 use qim_store::mailbox::ShardEpoch;
-use qim_store::service::http::{operational_routes, require_bearer, ReadinessCheck};
+use qim_store::service::http::{count_requests, operational_routes, require_bearer, ReadinessCheck};
 use qim_store::MailboxStore;
 
 use crate::metrics::HTTP_REQUESTS;
@@ -51,13 +49,5 @@ pub fn router(state: ApiState, token: Option<String>, metrics: PrometheusHandle,
         .layer(middleware::from_fn_with_state(token.map(Arc::<str>::from), require_bearer))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state);
-    v1.merge(operational_routes(metrics, ready)).layer(middleware::from_fn(count_requests))
-}
-
-/// Counts answers by matched route (never the raw path: ids would explode cardinality).
-async fn count_requests(request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
-    let response = next.run(request).await;
-    counter!(HTTP_REQUESTS, "route" => route, "status" => response.status().as_u16().to_string()).increment(1);
-    response
+    v1.merge(operational_routes(metrics, ready)).layer(middleware::from_fn_with_state(HTTP_REQUESTS, count_requests))
 }

@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use metrics::{counter, histogram};
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_store::{all_members, MembershipStore};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -36,7 +35,9 @@ use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext, L
 
 use crate::config::KafkaConfig;
 use crate::kafka::{dead_letter, original_headers, AckedProducer, Outgoing, Refused, SendError};
-use crate::metrics::{RETRIES, ROUTER_FANOUT, ROUTER_FANOUT_SHARDS, ROUTER_MESSAGES};
+use qim_store::service::events::emit;
+
+use crate::events::{DispatchProduceFailed, MessageRefused, MessageRouted};
 use crate::retry::{never, retry_store, Backoff};
 
 /// Messages in flight (resolving or delivering) at once.
@@ -186,11 +187,7 @@ impl Router {
                     None => return false,
                 }
             }
-            let recipients: usize = records.iter().map(|r| r.recipients).sum();
-            histogram!(ROUTER_FANOUT).record(recipients as f64);
-            histogram!(ROUTER_FANOUT_SHARDS).record(shards as f64);
-            let outcome = if records.is_empty() { "no_members" } else { "routed" };
-            counter!(ROUTER_MESSAGES, "outcome" => outcome).increment(1);
+            emit(MessageRouted { recipients: records.iter().map(|r| r.recipients).sum(), shards });
             true
         })
     }
@@ -249,8 +246,7 @@ impl Handles {
                 Ok(()) => return Some(Ok(())),
                 Err(SendError::Permanent(m)) => return Some(Err(SendError::Permanent(m))),
                 Err(SendError::Transient(e)) => {
-                    counter!(RETRIES, "step" => "produce_dispatch", "kind" => "unavailable").increment(1);
-                    tracing::warn!(error = %e, partition = r.partition, "producing a dispatch record failed, retrying");
+                    emit(DispatchProduceFailed { partition: r.partition, error: &e });
                     if !backoff.pause(cancel).await {
                         return None;
                     }
@@ -287,7 +283,7 @@ impl Handles {
         };
         let done = dead_letter(&self.producer, &self.kafka.dlq_topic, refused, cancel).await;
         if done {
-            counter!(ROUTER_MESSAGES, "outcome" => "dead_lettered").increment(1);
+            emit(MessageRefused);
         }
         done
     }

@@ -33,7 +33,6 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge};
 use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardFence, ShardId, CHUNK_MAX_RECIPIENTS, LANES};
 use qim_store::{ErrorKind, StoreResult};
 use rdkafka::consumer::Consumer;
@@ -44,7 +43,9 @@ use tokio_util::sync::CancellationToken;
 use super::resync::{next_after, seek_back, Arrival, Resync};
 use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
 use super::window::Window;
-use crate::metrics::{DISPATCHES_COLLECTED, LANE_WATERMARK_LAG, WATERMARK_ADVANCES};
+use qim_store::service::events::emit;
+
+use crate::events::{DispatchesCollected, LaneWatermarkLag, WatermarkAdvanceFailed, WatermarkAdvanced};
 
 /// Most records in flight per shard.
 pub const MAX_WINDOW_RECORDS: usize = 1024;
@@ -321,11 +322,9 @@ impl Pipeline {
                     match result {
                         Ok(wm) => {
                             self.advanced[l] = self.advanced[l].max(wm.through);
-                            counter!(WATERMARK_ADVANCES, "shard" => self.shard.0.to_string()).increment(1);
+                            emit(WatermarkAdvanced { shard: self.shard });
                         }
-                        Err(e) => {
-                            tracing::warn!(shard = self.shard.0, lane = lane.get(), error = %e, "watermark advance failed, retrying next page")
-                        }
+                        Err(error) => emit(WatermarkAdvanceFailed { shard: self.shard, lane, error: &error }),
                     }
                 }
             }
@@ -355,12 +354,7 @@ impl Pipeline {
             Done::Incarnation(result) => self.incarnation_read(result),
             Done::Gc(result) => {
                 self.gc_running = false;
-                match result {
-                    Ok(n) => counter!(DISPATCHES_COLLECTED).increment(n as u64),
-                    Err(e) => {
-                        tracing::warn!(shard = self.shard.0, error = %e, "collecting completed dispatches failed")
-                    }
-                }
+                emit(DispatchesCollected { shard: self.shard, result: &result });
             }
         }
     }
@@ -421,7 +415,7 @@ impl Pipeline {
             if let Some(highest) = self.window.highest() {
                 let lowest = self.advanced.iter().map(|w| w.map_or(0, |w| w + 1)).min().unwrap_or(0);
                 let lag = (highest + 1).saturating_sub(lowest);
-                gauge!(LANE_WATERMARK_LAG, "shard" => self.shard.0.to_string()).set(lag as f64);
+                emit(LaneWatermarkLag { shard: self.shard, lag });
             }
         }
         if !self.gc_running && self.last_gc.elapsed() >= GC_EVERY {

@@ -34,7 +34,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::counter;
 use qim_store::mailbox::{LaneWatermark, ShardFence, ShardId};
 use qim_store::{ErrorKind, StoreError, StoreResult};
 use rdkafka::consumer::Consumer;
@@ -42,7 +41,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::pipeline::{Done, Pipeline};
 use super::steps::{read_watermarks, ShardContext};
-use crate::metrics::SHARD_RESYNCS;
+use qim_store::service::events::emit;
+
+use crate::events::ShardResync;
 use crate::retry::{never, retry_store};
 
 /// Consecutive refused advances after which the store is taken to have lost state.
@@ -139,13 +140,7 @@ impl Pipeline {
     /// The store is behind: stop, and read the log again from `to`.
     pub(super) fn rewind(&mut self, to: u64) {
         if self.rewind_to.is_none() {
-            tracing::error!(
-                shard = self.shard.0,
-                from = to,
-                received_up_to = ?self.window.highest(),
-                "the mailbox store lost this shard's state; dispatching its log again from the store's watermarks"
-            );
-            counter!(SHARD_RESYNCS, "shard" => self.shard.0.to_string()).increment(1);
+            emit(ShardResync { shard: self.shard, from: to, received_up_to: self.window.highest() });
             self.rewind_to = Some(to);
             self.steps.cancel();
         }

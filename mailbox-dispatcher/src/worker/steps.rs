@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, histogram};
 use qim_store::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardFence, ShardId,
 };
@@ -19,7 +18,9 @@ use crate::config::KafkaConfig;
 use qim_store::service::kafka::consumer::GroupContext;
 
 use crate::kafka::{dead_letter, AckedProducer, Refused};
-use crate::metrics::{CHUNK_BATCH_CHUNKS, CHUNK_SECONDS, DISPATCHES, DUPLICATES_ABSORBED, ENTRIES_WRITTEN};
+use qim_store::service::events::emit;
+
+use crate::events::{ChunksWritten, DispatchBegun, DispatchRefused};
 use crate::retry::{never, retry_store};
 
 /// What every shard pipeline of one worker shares.
@@ -104,18 +105,11 @@ pub async fn begin(ctx: Arc<ShardContext>, fence: Arc<ShardFence>, record: Recor
         }
     };
     crate::failpoint::crash_point("dispatcher::worker_after_begin");
+    let duplicate_of = receipt.duplicate.then_some(receipt.canonical_offset);
+    emit(DispatchBegun { shard, offset: record.offset, duplicate_of });
     if !receipt.duplicate {
-        counter!(DISPATCHES, "outcome" => "begun").increment(1);
         return Begun::Dispatch { receipt, manifest, completed: None };
     }
-    counter!(DISPATCHES, "outcome" => "duplicate").increment(1);
-    counter!(DUPLICATES_ABSORBED).increment(1);
-    tracing::debug!(
-        shard = shard.0,
-        offset = record.offset,
-        canonical = receipt.canonical_offset,
-        "duplicate absorbed"
-    );
     let progress = retry_store("dispatch_progress", &cancel, never, || ctx.store.dispatch_progress(receipt.id)).await;
     match progress {
         Some(Ok(p)) => {
@@ -144,7 +138,7 @@ async fn refuse(
         detail,
     };
     if dead_letter(&ctx.producer, &ctx.kafka.dlq_topic, refused, cancel).await {
-        counter!(DISPATCHES, "outcome" => outcome).increment(1);
+        emit(DispatchRefused { outcome });
         Begun::Refused
     } else {
         Begun::Abandoned
@@ -212,9 +206,7 @@ pub async fn write_chunks(
         return abandoned(&marked, chunks);
     }
     crate::failpoint::crash_point("dispatcher::worker_after_chunk_complete");
-    counter!(ENTRIES_WRITTEN).increment(entries as u64);
-    histogram!(CHUNK_SECONDS).record(started.elapsed().as_secs_f64());
-    histogram!(CHUNK_BATCH_CHUNKS).record(chunks.len() as f64);
+    emit(ChunksWritten { entries, chunks: chunks.len(), elapsed: started.elapsed() });
     ChunksDone { lane, chunks, completed: true, lost_dispatch: false }
 }
 

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -115,6 +115,15 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
 /// `/healthz` (the process answers), `/readyz` (`ready` runs: 200, or 503 with the reason) and
+/// Middleware counting every answer under the counter `metric`, labelled by matched route and
+/// status (never the raw path: ids would explode cardinality). Use with
+/// `axum::middleware::from_fn_with_state(metric, count_requests)`.
+pub async fn count_requests(State(metric): State<&'static str>, request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let response = next.run(request).await;
+    metrics::counter!(metric, "route" => route, "status" => response.status().as_u16().to_string()).increment(1);
+    response
+}
 /// `/metrics` (Prometheus text). Never behind the bearer token: probes and scrapers don't hold it.
 pub fn operational_routes(metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
     Router::new()
