@@ -15,14 +15,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge, histogram};
 use qim_store::ids::MessageId;
 use qim_store::message::{Commit, CommitRequest, CommitState};
 use qim_store::retention::RetentionPolicy;
 use qim_store::{ErrorKind, MessageStore, StoreError};
 use tokio::sync::Semaphore;
 
-use crate::metrics::{COMMITS, COMMIT_STAGE_SECONDS, IN_FLIGHT, KAFKA_DELIVERY_ERRORS};
+use qim_store::service::events::emit;
+
+use crate::events::{DeliveryFailed, InFlightChanged, SendAnswered, StageDone};
 use crate::publisher::{Publish, PublishError};
 
 /// How often one commit re-reads a state another driver holds before giving up.
@@ -117,16 +118,13 @@ impl DurableMessageCommitter {
             Ok((_, false)) => "committed",
             Err(e) => e.outcome(),
         };
-        counter!(COMMITS, "outcome" => outcome).increment(1);
-        if result.is_ok() {
-            histogram!(COMMIT_STAGE_SECONDS, "stage" => "total").record(started.elapsed());
-        }
+        emit(SendAnswered { outcome, elapsed: result.is_ok().then(|| started.elapsed()) });
         result.map(|(commit, _)| commit)
     }
 
     async fn commit_inner(&self, request: &CommitRequest) -> Result<(Commit, bool), CommitError> {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
-        gauge!(IN_FLIGHT).increment(1.0);
+        emit(InFlightChanged(true));
         let _in_flight = InFlight;
         let reserved = self.reserve(request).await?;
         if reserved.state == CommitState::Committed {
@@ -140,7 +138,7 @@ impl DurableMessageCommitter {
         let timer = Instant::now();
         let proposed = MessageId(*uuid::Uuid::new_v4().as_bytes());
         let reserved = self.store.reserve(request, proposed).await?;
-        histogram!(COMMIT_STAGE_SECONDS, "stage" => "reserve").record(timer.elapsed());
+        emit(StageDone { stage: "reserve", elapsed: timer.elapsed() });
         Ok(reserved)
     }
 
@@ -160,7 +158,7 @@ impl DurableMessageCommitter {
             };
             match step {
                 Ok(next) => {
-                    histogram!(COMMIT_STAGE_SECONDS, "stage" => stage).record(timer.elapsed());
+                    emit(StageDone { stage, elapsed: timer.elapsed() });
                     commit = next;
                     if commit.state == CommitState::Recorded {
                         boundary!("writer::after_record");
@@ -201,11 +199,11 @@ impl DurableMessageCommitter {
         let publication = match self.publisher.publish(&record).await {
             Ok(p) => p,
             Err(e) => {
-                counter!(KAFKA_DELIVERY_ERRORS).increment(1);
+                emit(DeliveryFailed);
                 return Err(e.into());
             }
         };
-        histogram!(COMMIT_STAGE_SECONDS, "stage" => "publish").record(timer.elapsed());
+        emit(StageDone { stage: "publish", elapsed: timer.elapsed() });
         boundary!("writer::after_publish");
         let (key, id) = (&intent.request.key, intent.message_id);
         if let Some(arg) = stop_after_outbox() {
@@ -234,6 +232,6 @@ struct InFlight;
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        gauge!(IN_FLIGHT).decrement(1.0);
+        emit(InFlightChanged(false));
     }
 }

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::counter;
 use qim_store::MessageStore;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::EXPIRY_DRAINED;
+use qim_store::service::events::emit;
+
+use crate::events::ExpiryDrained;
 
 /// How often the loop runs (ADR-0019).
 pub const EXPIRY_INTERVAL: Duration = Duration::from_secs(5);
@@ -24,10 +25,7 @@ pub async fn drain_once(store: &dyn MessageStore, batch: usize) -> usize {
         match store.gc_expired_history(batch).await {
             Ok(report) => {
                 drained += report.removed;
-                counter!(EXPIRY_DRAINED).increment(report.removed as u64);
-                if report.orphans_cleaned > 0 {
-                    tracing::warn!(orphans = report.orphans_cleaned, "expiry cleaned index entries without records");
-                }
+                emit(ExpiryDrained { removed: report.removed, orphans_cleaned: report.orphans_cleaned });
                 if report.removed < batch {
                     break;
                 }

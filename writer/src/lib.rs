@@ -6,12 +6,15 @@
 //! - [`recovery`], [`expiry`]: the background duties;
 //! - [`recent`], [`tail`]: where a conversation's recent records come back from after Redis
 //!   lost state;
-//! - [`api`]: the HTTP API; [`serve`]: startup, run and shutdown.
+//! - [`api`]: the HTTP API; [`serve`]: startup, run and shutdown;
+//! - [`metrics`]: metric names; [`events`]: what the writer reports, each event's log line and
+//!   metrics in one place.
 
 pub mod api;
 pub mod backend;
 pub mod committer;
 pub mod config;
+pub mod events;
 pub mod expiry;
 pub mod metrics;
 pub mod publisher;

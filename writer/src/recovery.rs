@@ -8,13 +8,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::counter;
 use qim_store::ids::UnixMillis;
 use qim_store::MessageStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::committer::DurableMessageCommitter;
-use crate::metrics::{AUX_COLLECTED, RECOVERY_ACTIONS};
+use qim_store::service::events::emit;
+
+use crate::events::{AuxCollected, CommitRecovered};
 
 /// Commits read per scan.
 const SCAN_BATCH: usize = 256;
@@ -51,18 +52,16 @@ pub async fn recover_once(
         match committer.drive(commit).await {
             Ok(_) => {
                 report.completed += 1;
-                counter!(RECOVERY_ACTIONS, "action" => "completed").increment(1);
-                tracing::info!(%message_id, from_state = state, "recovered a left-behind commit");
+                emit(CommitRecovered { message_id, from_state: state, error: None });
             }
             Err(e) => {
                 report.failed += 1;
-                counter!(RECOVERY_ACTIONS, "action" => "failed").increment(1);
-                tracing::warn!(%message_id, from_state = state, error = %e, "recovering a commit failed, retrying next pass");
+                emit(CommitRecovered { message_id, from_state: state, error: Some(&e) });
             }
         }
     }
     match store.gc_committed_auxiliary(GC_BATCH).await {
-        Ok(gc) => counter!(AUX_COLLECTED).increment(gc.removed as u64),
+        Ok(gc) => emit(AuxCollected { removed: gc.removed }),
         Err(e) => tracing::warn!(error = %e, "collecting committed auxiliary facts failed"),
     }
     report
