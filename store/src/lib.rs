@@ -5,11 +5,15 @@
 //!   [`topic`].
 //! - Contracts: [`MessageStore`], [`MailboxStore`], [`MembershipStore`], [`HistoryAuthorizer`],
 //!   [`SeqHighWater`] (the durable seq floor of DESIGN invariant 7), with errors in [`error`].
-//! - Backends: [`memory`] (the reference model and embedded mode), [`redis`] (the default and
-//!   the hot tier), [`scylla`] (CQL against ScyllaDB, or Apache Cassandra 5 on our machines),
-//!   [`tiered`] (the Redis hot tier and the Scylla archive behind one `MessageStore`).
+//! - Backends: [`memory`] (the reference model and embedded mode), `redis` (feature `redis`:
+//!   the default and the hot tier), `scylla` (feature `scylla`: CQL against ScyllaDB, or Apache
+//!   Cassandra 5 on our machines), `tiered` (both features: the Redis hot tier and the Scylla
+//!   archive behind one `MessageStore`). Without the backend features nothing here needs a
+//!   driver.
 //! - [`testsuite`] (feature `testsuite`): the contract suites every backend runs.
+//! - `service`, `admin` (feature `service`): what the three services share.
 
+#[cfg(feature = "service")]
 pub mod admin;
 pub mod clock;
 pub mod codec;
@@ -23,15 +27,18 @@ pub mod memory;
 pub mod message;
 mod message_store;
 pub mod metrics;
+#[cfg(feature = "redis")]
 pub mod redis;
 pub mod retention;
 mod rules;
+#[cfg(feature = "scylla")]
 pub mod scylla;
 mod seq_high_water;
 #[cfg(feature = "service")]
 pub mod service;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;
+#[cfg(all(feature = "redis", feature = "scylla"))]
 pub mod tiered;
 pub mod topic;
 

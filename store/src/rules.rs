@@ -2,13 +2,12 @@
 //! and request limits, and the mailbox's grouping and range preconditions. Backends differ in
 //! how they store facts, never in what they accept.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use crate::codec::{decode_event_group, validate_group};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{MessageId, TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
 use crate::mailbox::{DispatchManifest, EventGroup, MailboxEntry, MailboxPage, MailboxSeq, ShardEpoch};
-use crate::mailbox_store::ChunkWrite;
 use crate::message::{Commit, CommitKey, CommitRequest, CommitState, Publication, MAX_PAYLOAD_BYTES};
 
 /// `commit <tenant>/<sender>/<client id>`, the prefix of every commit error.
@@ -69,8 +68,11 @@ pub(crate) fn check_publication(publication: Publication) -> StoreResult<()> {
 /// same seq and manifest, which is all the checks look at (so the same chunk under the first
 /// observation's receipt and a duplicate's is one write). A repeat with another seq or manifest
 /// stays, for the checks to refuse.
-pub(crate) fn distinct_chunk_writes<'a>(writes: &'a [ChunkWrite<'a>]) -> Vec<&'a ChunkWrite<'a>> {
-    let mut seen = HashSet::new();
+#[cfg(any(feature = "redis", feature = "scylla"))]
+pub(crate) fn distinct_chunk_writes<'a>(
+    writes: &'a [crate::mailbox_store::ChunkWrite<'a>],
+) -> Vec<&'a crate::mailbox_store::ChunkWrite<'a>> {
+    let mut seen = std::collections::HashSet::new();
     writes.iter().filter(|w| seen.insert((w.receipt.id, w.receipt.seq, w.chunk, w.manifest))).collect()
 }
 
