@@ -1,8 +1,9 @@
 //! Kafka topics for tests: created, then waited for until the broker's metadata shows every
 //! partition with a leader, so a service started right after never meets
-//! `UNKNOWN_TOPIC_OR_PART`.
+//! `UNKNOWN_TOPIC_OR_PART`. The first creation of each process deletes the topics finished test
+//! processes left ([`sweep_leftover_topics`]): thousands of them slow every metadata request.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context as _};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -11,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use crate::stack::{kafka_config, START_HINT};
+use crate::stack::{abandoned, kafka_config, unique_name_origin, START_HINT};
 
 /// How long a topic may take to be created and to get a leader for every partition.
 pub const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -24,6 +25,12 @@ pub const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Kafka does not answer, refuses a topic, or a partition has no leader within
 /// [`TOPIC_READY_TIMEOUT`]; the message names the topic and [`START_HINT`].
 pub async fn create_topics_with(config: &ClientConfig, topics: &[(&str, i32)]) -> anyhow::Result<()> {
+    static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    SWEPT
+        .get_or_init(|| async {
+            sweep_leftover_topics(config).await;
+        })
+        .await;
     let admin: AdminClient<DefaultClientContext> = config.create().context("creating a Kafka admin client")?;
     let new: Vec<NewTopic<'_>> = topics.iter().map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1))).collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -85,4 +92,47 @@ fn wait_until_led(config: &ClientConfig, topics: &[(String, usize)]) -> anyhow::
         }
     }
     Ok(())
+}
+
+/// Deletes every topic named by [`unique_name`](crate::stack::unique_name) (optionally with a
+/// `.suffix`) whose process has exited and that is older than [`MIN_AGE`](crate::stack::MIN_AGE);
+/// returns how many. Failures are reported on stderr and skipped: a sweep never fails a test.
+pub async fn sweep_leftover_topics(config: &ClientConfig) -> usize {
+    let metadata_config = config.clone();
+    let listed = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
+        let consumer: BaseConsumer = metadata_config.create()?;
+        let metadata = consumer.fetch_metadata(None, Duration::from_secs(10))?;
+        Ok(metadata.topics().iter().map(|t| t.name().to_owned()).collect())
+    })
+    .await;
+    let names = match listed {
+        Ok(Ok(names)) => names,
+        Ok(Err(e)) => return skipped(&e),
+        Err(e) => return skipped(&e),
+    };
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let leftovers: Vec<&str> = names
+        .iter()
+        .filter(|name| unique_name_origin(name).is_some_and(|origin| abandoned(origin, now)))
+        .map(String::as_str)
+        .collect();
+    if leftovers.is_empty() {
+        return 0;
+    }
+    let admin: AdminClient<DefaultClientContext> = match config.create() {
+        Ok(admin) => admin,
+        Err(e) => return skipped(&e),
+    };
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let deleted = match admin.delete_topics(&leftovers, &options).await {
+        Ok(results) => results.iter().filter(|r| r.is_ok()).count(),
+        Err(e) => return skipped(&e),
+    };
+    eprintln!("deleted {deleted} of {} leftover test topics", leftovers.len());
+    deleted
+}
+
+fn skipped(e: &dyn std::fmt::Display) -> usize {
+    eprintln!("warning: leftover test topics not swept: {e}");
+    0
 }

@@ -3,7 +3,8 @@
 //! - [`stack`]: where the local stack's servers are (`QIM_TEST_*` variables, loopback
 //!   defaults), checks that fail loudly naming the server and the command that starts it, and
 //!   unique names for topics, groups, keyspaces and key namespaces.
-//! - [`kafka`]: topics created and ready (every partition has a leader) before a test uses them.
+//! - [`kafka`]: topics created and ready (every partition has a leader) before a test uses them,
+//!   and the topics of exited test processes deleted.
 //! - [`metrics`]: a service's `/metrics` text read back by metric name and labels.
 //! - [`redis`]: a test's key namespace deleted at once.
 //! - [`scylla`]: test keyspaces that finished test processes left behind, dropped.

@@ -8,52 +8,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use scylla::client::session::Session;
 
-/// A keyspace is swept only once its creator has been gone at least this long and it is older
-/// than this: a test of another run on the same stack still uses its own.
-pub const MIN_AGE: Duration = Duration::from_secs(10 * 60);
+use crate::stack::{abandoned, unique_name_origin, Origin};
 
-/// The prefixes of the keyspace names tests generate: the store's suites
-/// (`qim_test_<pid>_<nanos>`) and the end-to-end harness ([`crate::stack::unique_name`] with an
-/// `e2e_` prefix: `e2e_<label>_<pid>_<millis hex>_<n>`).
-pub const TEST_PREFIXES: [&str; 2] = ["qim_test_", "e2e_"];
-
-/// Who made a generated test keyspace, and when.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Origin {
-    /// The creating process.
-    pub pid: u32,
-    /// When it was named, since the Unix epoch.
-    pub created: Duration,
-}
-
-/// Reads the creator and creation time out of a generated test keyspace name; `None` for any
-/// name not exactly of one of the generated forms (a user's keyspace is never touched).
+/// Reads the creator and creation time out of a generated test keyspace name: the store's suites'
+/// `qim_test_<pid>_<nanos>`, or the end-to-end harness's `e2e_` [`unique_name`](crate::stack::unique_name)s;
+/// `None` for any other name (a user's keyspace is never touched).
 pub fn origin(name: &str) -> Option<Origin> {
     if let Some(rest) = name.strip_prefix("qim_test_") {
         let (pid, nanos) = rest.split_once('_')?;
         let nanos: u64 = nanos.parse().ok()?;
         return Some(Origin { pid: pid.parse().ok()?, created: Duration::from_nanos(nanos) });
     }
-    let rest = name.strip_prefix("e2e_")?;
-    let mut parts = rest.rsplitn(4, '_');
-    let (n, millis, pid, label) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    n.parse::<u64>().ok()?;
-    if label.is_empty() {
-        return None;
-    }
-    let millis = u64::from_str_radix(millis, 16).ok()?;
-    Some(Origin { pid: pid.parse().ok()?, created: Duration::from_millis(millis) })
-}
-
-/// Whether `origin`'s keyspace may be dropped at `now`: older than [`MIN_AGE`] and its process
-/// no longer runs on this machine (Linux: `/proc/<pid>`; elsewhere nothing is ever swept).
-fn abandoned(origin: Origin, now: Duration) -> bool {
-    let running = origin.pid == std::process::id() || std::path::Path::new(&format!("/proc/{}", origin.pid)).exists();
-    cfg!(target_os = "linux") && !running && now.saturating_sub(origin.created) >= MIN_AGE
+    // `e2e_<label>_<pid>_<millis hex>_<n>`: the end-to-end harness's unique names.
+    unique_name_origin(name.strip_prefix("e2e_")?)
 }
 
 /// Drops every generated test keyspace whose process has exited and that is older than
-/// [`MIN_AGE`]; returns how many were dropped. Failures are reported on stderr and skipped: a
+/// [`MIN_AGE`](crate::stack::MIN_AGE); returns how many were dropped. Failures are reported on stderr and skipped: a
 /// sweep never fails a test.
 pub async fn sweep_leftover_keyspaces(session: &Session) -> usize {
     let names = match session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await {
@@ -109,17 +80,5 @@ mod tests {
         {
             assert_eq!(origin(other), None, "{other}");
         }
-    }
-
-    #[test]
-    fn only_old_keyspaces_of_exited_processes_are_abandoned() {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-        let old = now - MIN_AGE - Duration::from_secs(1);
-        let me = std::process::id();
-        assert!(!abandoned(Origin { pid: me, created: old }, now), "this process still runs");
-        // pid_max on Linux is at most 2^22, so this pid never runs.
-        let gone = 4_194_304 + 17;
-        assert_eq!(abandoned(Origin { pid: gone, created: old }, now), cfg!(target_os = "linux"));
-        assert!(!abandoned(Origin { pid: gone, created: now - Duration::from_secs(5) }, now), "too young");
     }
 }

@@ -117,6 +117,42 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}_{}_{millis:x}_{n}", std::process::id())
 }
 
+/// Who made a [`unique_name`] (or a generated test keyspace), and when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The creating process.
+    pub pid: u32,
+    /// When it was named, since the Unix epoch.
+    pub created: Duration,
+}
+
+/// The inverse of [`unique_name`]: the creator and time of `name` (`{prefix}_{pid}_{millis
+/// hex}_{n}`, optionally followed by `.{suffix}` as in `<run>.messages`); `None` for any name not
+/// of that form.
+pub fn unique_name_origin(name: &str) -> Option<Origin> {
+    let base = name.split('.').next()?;
+    let mut parts = base.rsplitn(4, '_');
+    let (n, millis, pid, prefix) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    n.parse::<u64>().ok()?;
+    if !prefix.starts_with(|c: char| c.is_ascii_lowercase()) {
+        return None;
+    }
+    let millis = u64::from_str_radix(millis, 16).ok()?;
+    Some(Origin { pid: pid.parse().ok()?, created: Duration::from_millis(millis) })
+}
+
+/// Test resources are swept only once their creator has exited and they are older than this:
+/// a test of another run on the same stack still uses its own.
+pub const MIN_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// Whether what `origin` made may be deleted at `now` (since the Unix epoch): older than
+/// [`MIN_AGE`] and its process no longer runs on this machine (Linux: `/proc/<pid>`; elsewhere
+/// nothing is ever swept).
+pub fn abandoned(origin: Origin, now: Duration) -> bool {
+    let running = origin.pid == std::process::id() || std::path::Path::new(&format!("/proc/{}", origin.pid)).exists();
+    cfg!(target_os = "linux") && !running && now.saturating_sub(origin.created) >= MIN_AGE
+}
+
 /// A librdkafka config with `bootstrap.servers` set to [`kafka_brokers`] and the TCP connection
 /// setup timeout set to [`CONNECT_TIMEOUT`]; request timeouts keep librdkafka's defaults.
 /// Callers add the client-specific settings (group id, acks, ...).
@@ -263,6 +299,32 @@ pub async fn require_scylla() -> Session {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_old_resources_of_exited_processes_are_abandoned() {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        let old = now - MIN_AGE - Duration::from_secs(1);
+        let me = std::process::id();
+        assert!(!abandoned(Origin { pid: me, created: old }, now), "this process still runs");
+        // pid_max on Linux is at most 2^22, so this pid never runs.
+        let gone = 4_194_304 + 17;
+        assert_eq!(abandoned(Origin { pid: gone, created: old }, now), cfg!(target_os = "linux"));
+        assert!(!abandoned(Origin { pid: gone, created: now - Duration::from_secs(5) }, now), "too young");
+    }
+
+    #[test]
+    fn a_unique_name_tells_who_made_it_and_when() {
+        let name = unique_name("a_cass");
+        for candidate in [name.clone(), format!("{name}.messages")] {
+            let origin = unique_name_origin(&candidate).expect(&candidate);
+            assert_eq!(origin.pid, std::process::id());
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+            assert!(now.saturating_sub(origin.created) < Duration::from_secs(60), "{candidate}: {origin:?}");
+        }
+        for other in ["qim.messages.v1", "__consumer_offsets", "x_1_2", "1a_1_2_3", "a_1_zz_3", "a_x_2_3", "_1_2_3"] {
+            assert_eq!(unique_name_origin(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn unique_names_differ_and_are_valid_identifiers() {
