@@ -19,7 +19,7 @@ use qim_store::message::{MessageKind, MessageRecord};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::scylla::schema::SEQ_BUCKET_SIZE;
-use qim_store::scylla::{migrate, open_session, ScyllaConfig, ScyllaMessageStore};
+use qim_store::scylla::{ScyllaConfig, ScyllaMessageStore};
 use qim_store::topic::{encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -46,16 +46,7 @@ pub async fn create_topic(prefix: &str, partitions: i32) -> String {
 
 /// The test keyspace of this binary, migrated once.
 pub async fn scylla_config() -> ScyllaConfig {
-    static CONFIG: tokio::sync::OnceCell<ScyllaConfig> = tokio::sync::OnceCell::const_new();
-    CONFIG
-        .get_or_init(|| async {
-            let config = ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("{e}"));
-            let session = open_session(&config).await.unwrap_or_else(|e| panic!("{e}; {HINT}"));
-            migrate(&session, &config).await.expect("migrating the test keyspace");
-            config
-        })
-        .await
-        .clone()
+    qim_store::testsuite::scylla_keyspace::migrated_test_keyspace().await
 }
 
 /// An archive store on the test keyspace (its own session: sessions belong to one runtime).

@@ -22,6 +22,8 @@ pub mod mailbox;
 pub mod membership;
 pub mod message;
 pub mod private_redis;
+#[cfg(feature = "scylla")]
+pub mod scylla_keyspace;
 
 use std::sync::Arc;
 

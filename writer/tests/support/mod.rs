@@ -11,7 +11,7 @@ use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::message::MessageRecord;
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
-use qim_store::scylla::{migrate, open_session, ScyllaConfig};
+use qim_store::scylla::ScyllaConfig;
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_writer::config::{Backend, WriterConfig};
 use qim_writer::serve::{start, RunningWriter};
@@ -43,18 +43,9 @@ pub enum Kind {
     Scylla,
 }
 
-/// A migrated test keyspace (once per process).
+/// The test keyspace of this binary, migrated once.
 async fn scylla_config() -> ScyllaConfig {
-    static CONFIG: tokio::sync::OnceCell<ScyllaConfig> = tokio::sync::OnceCell::const_new();
-    CONFIG
-        .get_or_init(|| async {
-            let config = ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("{e}"));
-            let session = open_session(&config).await.unwrap_or_else(|e| panic!("{e}; {HINT}"));
-            migrate(&session, &config).await.expect("migrating the test keyspace");
-            config
-        })
-        .await
-        .clone()
+    qim_store::testsuite::scylla_keyspace::migrated_test_keyspace().await
 }
 
 /// A writer configuration for one test: its own namespace and topic, port 0, fast recovery.
