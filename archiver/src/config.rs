@@ -57,13 +57,6 @@ pub struct ArchiverConfig {
     pub startup_timeout: Duration,
 }
 
-fn in_range(s: &Settings, name: &str, lo: u64, hi: u64) -> Result<u64, String> {
-    match s.parse::<u64>(name)? {
-        n if (lo..=hi).contains(&n) => Ok(n),
-        n => Err(format!("{name}={n} must be in {lo}..={hi}")),
-    }
-}
-
 impl ArchiverConfig {
     /// Validates and types `settings` (already checked against [`ENVIRONMENT`]).
     pub fn from_settings(s: &Settings) -> Result<Self, String> {
@@ -82,23 +75,22 @@ impl ArchiverConfig {
         };
         let policy =
             RetentionPolicy::from_env_value(s.get("QIM_DEFAULT_HISTORY_RETENTION_DAYS")).map_err(|e| e.to_string())?;
-        let secs = |name: &str| in_range(s, name, 1, 3600).map(Duration::from_secs);
         Ok(Self {
             scylla,
             hot_tier,
             policy,
-            hot_window_days: in_range(s, "QIM_HOT_WINDOW_DAYS", 1, 30)? as u32,
+            hot_window_days: s.whole("QIM_HOT_WINDOW_DAYS")? as u32,
             kafka_brokers: s.required("QIM_KAFKA_BROKERS")?.to_owned(),
             messages_topic: s.required("QIM_MESSAGES_TOPIC")?.to_owned(),
             dlq_topic: s.required("QIM_DLQ_TOPIC")?.to_owned(),
             group: s.required("QIM_ARCHIVER_GROUP")?.to_owned(),
             batch: BatchLimits {
-                max_records: in_range(s, "QIM_ARCHIVER_BATCH_RECORDS", 1, 10_000)? as usize,
-                max_wait: Duration::from_millis(in_range(s, "QIM_ARCHIVER_BATCH_WAIT_MILLIS", 1, 10_000)?),
-                write_concurrency: in_range(s, "QIM_ARCHIVER_WRITE_CONCURRENCY", 1, 4096)? as usize,
+                max_records: s.whole("QIM_ARCHIVER_BATCH_RECORDS")? as usize,
+                max_wait: Duration::from_millis(s.whole("QIM_ARCHIVER_BATCH_WAIT_MILLIS")?),
+                write_concurrency: s.whole("QIM_ARCHIVER_WRITE_CONCURRENCY")? as usize,
             },
-            hole_grace: secs("QIM_ARCHIVER_HOLE_GRACE_SECS")?,
-            trim_interval: secs("QIM_ARCHIVER_TRIM_INTERVAL_SECS")?,
+            hole_grace: s.seconds("QIM_ARCHIVER_HOLE_GRACE_SECS")?,
+            trim_interval: s.seconds("QIM_ARCHIVER_TRIM_INTERVAL_SECS")?,
             http_addr: s.parse("QIM_ARCHIVER_HTTP_ADDR")?,
             log: s.required("QIM_LOG")?.to_owned(),
             startup_timeout: s.startup_timeout()?,

@@ -111,23 +111,12 @@ impl DispatcherConfig {
             "scylla" => Backend::Scylla(ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?),
             other => return Err(format!("QIM_STORE_BACKEND={other:?} must be `redis` or `scylla`")),
         };
-        let shards: u16 = s.parse("QIM_MAILBOX_SHARDS")?;
-        if shards == 0 {
-            return Err("QIM_MAILBOX_SHARDS must be at least 1".to_owned());
-        }
+        // Ranges come from the ENVIRONMENT table, so these casts never truncate.
+        let shards = s.whole("QIM_MAILBOX_SHARDS")? as u16;
         let retention = MailboxRetention::days(s.parse("QIM_MAILBOX_RETENTION_DAYS")?)?;
-        let chunks_in_flight: usize = s.parse("QIM_DISPATCH_CHUNKS_IN_FLIGHT")?;
-        if !(1..=1024).contains(&chunks_in_flight) {
-            return Err(format!("QIM_DISPATCH_CHUNKS_IN_FLIGHT={chunks_in_flight} must be in 1..=1024"));
-        }
-        let keep_hours: u64 = s.parse("QIM_DISPATCH_KEEP_HOURS")?;
-        if !(1..=336).contains(&keep_hours) {
-            return Err(format!("QIM_DISPATCH_KEEP_HOURS={keep_hours} must be in 1..=336"));
-        }
-        let advance_millis: u64 = s.parse("QIM_DISPATCH_ADVANCE_MILLIS")?;
-        if !(10..=10_000).contains(&advance_millis) {
-            return Err(format!("QIM_DISPATCH_ADVANCE_MILLIS={advance_millis} must be in 10..=10000"));
-        }
+        let chunks_in_flight = s.whole("QIM_DISPATCH_CHUNKS_IN_FLIGHT")? as usize;
+        let keep_hours = s.whole("QIM_DISPATCH_KEEP_HOURS")?;
+        let advance_millis = s.whole("QIM_DISPATCH_ADVANCE_MILLIS")?;
         Ok(Self {
             backend,
             kafka: KafkaConfig {
@@ -138,7 +127,7 @@ impl DispatcherConfig {
                 group: s.required("QIM_DISPATCHER_GROUP")?.to_owned(),
             },
             shards,
-            epoch: ShardEpoch(s.parse("QIM_MAILBOX_EPOCH")?),
+            epoch: ShardEpoch(s.whole("QIM_MAILBOX_EPOCH")? as u16),
             retention,
             chunks_in_flight,
             keep_dispatches: Duration::from_secs(keep_hours * 3600),

@@ -13,6 +13,19 @@ pub struct EnvVar {
     pub default: Option<&'static str>,
     /// What the variable controls and which values are legal.
     pub doc: &'static str,
+    /// `Some((lo, hi))`: a whole number in `lo..=hi`. Checked by `check-config` and at start-up,
+    /// and shown after `doc` in `--help` and the README ([`EnvVar::describe`]).
+    pub range: Option<(u64, u64)>,
+}
+
+impl EnvVar {
+    /// `doc`, followed by the legal range when there is one.
+    pub fn describe(&self) -> String {
+        match self.range {
+            Some((lo, hi)) => format!("{} A whole number in {lo}..={hi}.", self.doc),
+            None => self.doc.to_owned(),
+        }
+    }
 }
 
 /// Variables read by every service that opens a store (backend selection and retention).
@@ -21,51 +34,61 @@ pub const STORE_ENV: &[EnvVar] = &[
         name: "QIM_STORE_BACKEND",
         default: Some("redis"),
         doc: "`redis` or `scylla`: where message and mailbox state lives. No silent fallback.",
+        range: None,
     },
     EnvVar {
         name: "QIM_REDIS_URL",
         default: Some("redis://127.0.0.1:6379/0"),
         doc: "Redis hot tier (commit state, seq counters, 7-day history window).",
+        range: None,
     },
     EnvVar {
         name: "QIM_REDIS_NAMESPACE",
         default: Some("qim"),
         doc: "Prefix of every Redis key (`[A-Za-z0-9_.-]`, at most 64 characters); services sharing data use the same one.",
+        range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_HOSTS",
         default: Some("127.0.0.1:9042"),
         doc: "Comma-separated ScyllaDB/Cassandra contact points.",
+        range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_KEYSPACE",
         default: Some("qim"),
         doc: "Keyspace; letters, digits and `_`, at most 48 characters, not starting with `_`.",
+        range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_DC",
         default: Some("datacenter1"),
         doc: "Local data centre: replication and LOCAL_* consistency refer to it.",
+        range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_RF",
         default: Some("3"),
         doc: "Replication factor in the local DC; production refuses less than 3.",
+        range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_DEV_SINGLE_NODE",
         default: Some("false"),
         doc: "`true` allows `QIM_SCYLLA_RF` 1 or 2 on a single-node development cluster; never in production.",
+        range: None,
     },
     EnvVar {
         name: "QIM_DEFAULT_HISTORY_RETENTION_DAYS",
         default: Some("30"),
         doc: "History retention of `default` messages in days, 1..=3650 (ADR-0019).",
+        range: None,
     },
     EnvVar {
         name: "QIM_HOT_WINDOW_DAYS",
         default: Some("7"),
         doc: "Days of history kept in the Redis hot tier once archived.",
+        range: Some((1, 30)),
     },
 ];
 
@@ -75,11 +98,13 @@ pub const KAFKA_ENV: &[EnvVar] = &[
         name: "QIM_KAFKA_BROKERS",
         default: Some("127.0.0.1:9092"),
         doc: "Kafka/Redpanda bootstrap servers, comma-separated.",
+        range: None,
     },
     EnvVar {
         name: "QIM_MESSAGES_TOPIC",
         default: Some("qim.messages.v1"),
         doc: "Committed message records, key = conversation.",
+        range: None,
     },
 ];
 
@@ -89,7 +114,8 @@ pub const KAFKA_ENV: &[EnvVar] = &[
 pub const ARCHIVER_GROUP_ENV: &[EnvVar] = &[EnvVar {
     name: "QIM_ARCHIVER_GROUP",
     default: Some("qim-archiver"),
-    doc: "The archiver's Kafka consumer group (the writer reads its committed offsets after Redis lost state).",
+    doc: "The archiver's Kafka consumer group; the writer reads its committed offsets to find the unarchived tail of the topic after a Redis loss.",
+    range: None,
 }];
 
 /// Variables read by every service that serves HTTP (`/metrics`, `/healthz`, `/readyz`, `/v1`).
@@ -98,13 +124,19 @@ pub const HTTP_ENV: &[EnvVar] = &[
         name: "QIM_API_TOKEN",
         default: None,
         doc: "Optional bearer token; when set, every `/v1` request must carry it.",
+        range: None,
     },
-    EnvVar { name: "QIM_LOG", default: Some("info"), doc: "Log filter in `tracing_subscriber::EnvFilter` syntax." },
+    EnvVar {
+        name: "QIM_LOG",
+        default: Some("info"),
+        doc: "Log filter in `tracing_subscriber::EnvFilter` syntax.",
+        range: None,
+    },
     EnvVar {
         name: "QIM_STARTUP_TIMEOUT_SECS",
         default: Some("120"),
-        doc:
-            "How long start-up waits for Redis, Scylla and Kafka to answer, retrying each step with backoff (1..=3600).",
+        doc: "Seconds start-up waits for Redis, Scylla and Kafka to answer, retrying each step with backoff; a step that can not succeed by retrying (an unmigrated keyspace, a topic with the wrong partitions) fails at once.",
+        range: Some((1, 3600)),
     },
 ];
 
@@ -119,31 +151,37 @@ pub const WRITER_ENV: &[EnvVar] = &[
         name: "QIM_WRITER_HTTP_ADDR",
         default: Some("127.0.0.1:8080"),
         doc: "Listen address of the writer's HTTP API and `/metrics`.",
+        range: None,
     },
     EnvVar {
         name: "QIM_MAX_BODY_BYTES",
         default: Some("65536"),
         doc: "Largest accepted message body; larger requests get 413.",
+        range: Some((1, crate::message::MAX_PAYLOAD_BYTES as u64)),
     },
     EnvVar {
         name: "QIM_MAX_IN_FLIGHT_COMMITS",
         default: Some("1024"),
         doc: "Commits in flight at once; further sends wait.",
+        range: Some((1, 1_000_000)),
     },
     EnvVar {
         name: "QIM_RECOVERY_GRACE_SECS",
         default: Some("30"),
-        doc: "The recovery loop drives commits left unfinished for longer than this (1..=3600).",
+        doc: "The recovery loop drives commits left unfinished for longer than this many seconds.",
+        range: Some((1, 3600)),
     },
     EnvVar {
         name: "QIM_RECOVERY_INTERVAL_SECS",
         default: Some("5"),
-        doc: "How often the writer's recovery loop scans for unfinished commits (1..=3600).",
+        doc: "Seconds between the writer's recovery scans for unfinished commits.",
+        range: Some((1, 3600)),
     },
     EnvVar {
         name: "QIM_SEQ_LEASE_BLOCK",
         default: Some("64"),
-        doc: "Seqs one durable lease covers (2..=1000000): after a Redis loss a conversation skips at most this many; one durable write per this many sends.",
+        doc: "Seqs one durable lease covers: after a Redis loss a conversation skips at most this many; the durable high-water mark is raised once per this many sends.",
+        range: Some((2, 1_000_000)),
     },
 ];
 
@@ -153,36 +191,43 @@ pub const ARCHIVER_ENV: &[EnvVar] = &[
         name: "QIM_ARCHIVER_HTTP_ADDR",
         default: Some("127.0.0.1:8081"),
         doc: "Listen address of `/metrics`, `/healthz` and `/readyz`.",
+        range: None,
     },
     EnvVar {
         name: "QIM_DLQ_TOPIC",
         default: Some("qim.messages.dlq.v1"),
         doc: "Dead-letter topic for records that can not be decoded or validated.",
+        range: None,
     },
     EnvVar {
         name: "QIM_ARCHIVER_BATCH_RECORDS",
         default: Some("1000"),
-        doc: "Most records one batch takes from all assigned partitions together (1..=10000).",
+        doc: "Most records one batch takes from all assigned partitions together.",
+        range: Some((1, 10_000)),
     },
     EnvVar {
         name: "QIM_ARCHIVER_BATCH_WAIT_MILLIS",
         default: Some("20"),
-        doc: "How long a batch waits for more records after its first (1..=10000 ms).",
+        doc: "Milliseconds a batch waits for more records after its first.",
+        range: Some((1, 10_000)),
     },
     EnvVar {
         name: "QIM_ARCHIVER_WRITE_CONCURRENCY",
         default: Some("128"),
-        doc: "CQL writes in flight per partition batch (1..=4096).",
+        doc: "CQL writes in flight per partition batch.",
+        range: Some((1, 4096)),
     },
     EnvVar {
         name: "QIM_ARCHIVER_HOLE_GRACE_SECS",
         default: Some("600"),
-        doc: "A seq missing from both tiers counts as a hole (not a record still being written) once a later seq is this old (1..=3600).",
+        doc: "A seq missing from both tiers counts as a hole (not a record still being written) once a later seq is this many seconds old.",
+        range: Some((1, 3600)),
     },
     EnvVar {
         name: "QIM_ARCHIVER_TRIM_INTERVAL_SECS",
         default: Some("30"),
-        doc: "How often the archiver trims the hot tier's window up to the archived watermarks (1..=3600).",
+        doc: "Seconds between the archiver's trims of the hot tier's window up to the archived watermarks.",
+        range: Some((1, 3600)),
     },
 ];
 
@@ -192,51 +237,61 @@ pub const DISPATCHER_ENV: &[EnvVar] = &[
         name: "QIM_DISPATCHER_HTTP_ADDR",
         default: Some("127.0.0.1:8082"),
         doc: "Listen address of the mailbox read API and `/metrics`.",
+        range: None,
     },
     EnvVar {
         name: "QIM_MAILBOX_SHARDS",
         default: Some("8"),
         doc: "Mailbox shards = partitions of the dispatch topic; 64 lanes per shard, fixed.",
+        range: Some((1, 1024)),
     },
     EnvVar {
         name: "QIM_DISPATCH_TOPIC",
         default: Some("qim.mailbox.dispatch.v1"),
         doc: "Per-shard dispatch records, partition = shard.",
+        range: None,
     },
     EnvVar {
         name: "QIM_MAILBOX_RETENTION_DAYS",
         default: Some("30"),
         doc: "Days a mailbox entry lives (1..=30, to the end of that UTC day); older cursors get 410.",
+        range: None,
     },
     EnvVar {
         name: "QIM_DISPATCHER_GROUP",
         default: Some("qim-mailbox-dispatcher"),
         doc: "Kafka consumer group prefix: the router joins `<group>.router`, shard workers `<group>.shards`.",
+        range: None,
     },
     EnvVar {
         name: "QIM_DISPATCHER_DLQ_TOPIC",
         default: Some("qim.mailbox.dlq.v1"),
         doc: "Dead-letter topic for messages and dispatch records the dispatcher refuses (undecodable, conflicting).",
+        range: None,
     },
     EnvVar {
         name: "QIM_MAILBOX_EPOCH",
         default: Some("0"),
-        doc: "Shard epoch of mailbox seqs (0..=65535); raise it only when the dispatch topic restarts its offsets.",
+        doc: "Shard epoch of mailbox seqs; raise it only when the dispatch topic restarts its offsets.",
+        range: Some((0, u16::MAX as u64)),
     },
     EnvVar {
         name: "QIM_DISPATCH_CHUNKS_IN_FLIGHT",
         default: Some("32"),
-        doc: "Chunk batches (of up to 256 entries: one large chunk, or the small chunks of a lane taken together) one shard writes at once (1..=1024).",
+        doc: "Chunk batches (of up to 256 entries: one large chunk, or the small chunks of a lane taken together) one shard writes at once.",
+        range: Some((1, 1024)),
     },
     EnvVar {
         name: "QIM_DISPATCH_ADVANCE_MILLIS",
         default: Some("250"),
-        doc: "How often lane watermarks advance (10..=10000 ms): entries become readable up to this much after they are written; longer pages cost the store fewer reads.",
+        doc: "Milliseconds between lane watermark advances: entries become readable up to this much after they are written; longer pages cost the store fewer reads.",
+        range: Some((10, 10_000)),
     },
     EnvVar {
         name: "QIM_DISPATCH_KEEP_HOURS",
         default: Some("24"),
-        doc: "Hours a completed dispatch is remembered after it was last seen (1..=336); duplicates later than that are renumbered.",
+        doc: "Hours a completed dispatch is remembered after it was last seen; duplicates later than that are renumbered.",
+        range: Some((1, 336)),
     },
 ];
 

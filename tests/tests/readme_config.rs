@@ -1,7 +1,9 @@
 //! Keeps the README's configuration table in step with the variables the services read.
 //!
-//! Every variable of every service's `ENVIRONMENT` table must appear in the README's table with
-//! its default, and the table must list nothing the code does not read.
+//! The README's configuration table is generated from the services' `ENVIRONMENT` tables: each
+//! row is a variable's name, default, the services that read it, and its description with its
+//! legal range, in table order; a change to a definition fails this test until the README shows
+//! it (the failure prints the rows to paste).
 
 use std::collections::BTreeSet;
 
@@ -22,42 +24,45 @@ fn documented() -> Vec<EnvVar> {
     tables.iter().flat_map(|t| t.iter()).flat_map(|t| t.iter()).copied().filter(|v| seen.insert(v.name)).collect()
 }
 
-/// The README's configuration rows: `| `NAME` | default | ... |`.
-fn readme_rows(text: &str) -> Vec<(String, String)> {
-    text.lines()
-        .filter_map(|line| {
-            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-            let name = cells.get(1)?.strip_prefix("`QIM_")?.strip_suffix('`')?;
-            Some((format!("QIM_{name}"), cells.get(2)?.to_string()))
-        })
-        .collect()
+/// Who reads `name`: `all`, or the services among writer, archiver, dispatcher that do.
+fn readers(name: &str) -> String {
+    let services = [
+        ("writer", qim_writer::config::ENVIRONMENT),
+        ("archiver", qim_archiver::config::ENVIRONMENT),
+        ("dispatcher", qim_mailbox_dispatcher::config::ENVIRONMENT),
+    ];
+    let reading: Vec<&str> =
+        services.iter().filter(|(_, env)| qim_store::env::find(env, name).is_some()).map(|(s, _)| *s).collect();
+    if reading.len() == services.len() {
+        "all".to_owned()
+    } else {
+        reading.join(", ")
+    }
+}
+
+/// The README row of `var`, generated from its definition: name, default, readers, and its
+/// description with the legal range ([`EnvVar::describe`]).
+fn row(var: &EnvVar) -> String {
+    let default = var.default.map_or_else(|| "(unset)".to_owned(), |d| format!("`{d}`"));
+    format!("| `{}` | {default} | {} | {} |", var.name, readers(var.name), var.describe())
+}
+
+/// The README's configuration rows: `| `QIM_...` | ... |` lines, as written.
+fn readme_rows(text: &str) -> Vec<String> {
+    text.lines().filter(|line| line.starts_with("| `QIM_")).map(str::to_owned).collect()
 }
 
 #[test]
-fn readme_lists_every_variable_with_its_default() {
-    let rows = readme_rows(&readme());
-    let mut problems = Vec::new();
-    for var in documented() {
-        let want = var.default.map_or_else(|| "(unset)".to_owned(), |d| format!("`{d}`"));
-        match rows.iter().find(|(name, _)| name == var.name) {
-            None => problems.push(format!("{} is read by a service but missing from the README table", var.name)),
-            Some((_, got)) if *got != want => {
-                problems.push(format!("{}: README says default {got}, code says {want}", var.name))
-            }
-            Some(_) => {}
-        }
-    }
-    let known: BTreeSet<&str> = documented().iter().map(|v| v.name).collect();
-    for (name, _) in &rows {
-        if !known.contains(name.as_str()) {
-            problems.push(format!("{name} is in the README table but no service reads it"));
-        }
-    }
-    assert!(problems.is_empty(), "README configuration table is out of date:\n{}", problems.join("\n"));
+fn readme_table_is_the_one_the_definitions_generate() {
+    let want: Vec<String> = documented().iter().map(row).collect();
+    let got = readme_rows(&readme());
+    assert!(got == want, "README configuration table is out of date; replace its rows with:\n{}", want.join("\n"));
 }
 
 #[test]
-fn the_row_parser_finds_rows() {
-    let rows = readme_rows("| `QIM_X` | `1` | doc |\n| not a row |\n");
-    assert_eq!(rows, vec![("QIM_X".to_owned(), "`1`".to_owned())]);
+fn the_row_parser_finds_rows_and_a_row_names_its_range() {
+    let rows = readme_rows("| `QIM_X` | `1` | all | doc |\n| not a row |\n");
+    assert_eq!(rows, vec!["| `QIM_X` | `1` | all | doc |".to_owned()]);
+    let var = EnvVar { name: "QIM_X", default: Some("5"), doc: "Seconds.", range: Some((1, 9)) };
+    assert!(row(&var).ends_with("| Seconds. A whole number in 1..=9. |"), "{}", row(&var));
 }

@@ -91,28 +91,19 @@ impl WriterConfig {
         }
         let policy =
             RetentionPolicy::from_env_value(s.get("QIM_DEFAULT_HISTORY_RETENTION_DAYS")).map_err(|e| e.to_string())?;
-        let secs = |name: &str| -> Result<Duration, String> {
-            match s.parse::<u64>(name)? {
-                n @ 1..=3600 => Ok(Duration::from_secs(n)),
-                n => Err(format!("{name}={n} must be in 1..=3600")),
-            }
-        };
         Ok(Self {
             backend,
             kafka_brokers: s.required("QIM_KAFKA_BROKERS")?.to_owned(),
             messages_topic: s.required("QIM_MESSAGES_TOPIC")?.to_owned(),
             archiver_group: s.required("QIM_ARCHIVER_GROUP")?.to_owned(),
-            seq_lease_block: match s.parse::<u64>("QIM_SEQ_LEASE_BLOCK")? {
-                n @ 2..=1_000_000 => n,
-                n => return Err(format!("QIM_SEQ_LEASE_BLOCK={n} must be in 2..=1000000")),
-            },
+            seq_lease_block: s.whole("QIM_SEQ_LEASE_BLOCK")?,
             policy,
-            hot_window_days: s.parse("QIM_HOT_WINDOW_DAYS")?,
+            hot_window_days: s.whole("QIM_HOT_WINDOW_DAYS")? as u32,
             http_addr: s.parse("QIM_WRITER_HTTP_ADDR")?,
-            max_body_bytes: s.parse("QIM_MAX_BODY_BYTES")?,
-            max_in_flight: s.parse("QIM_MAX_IN_FLIGHT_COMMITS")?,
-            recovery_grace: secs("QIM_RECOVERY_GRACE_SECS")?,
-            recovery_interval: secs("QIM_RECOVERY_INTERVAL_SECS")?,
+            max_body_bytes: s.whole("QIM_MAX_BODY_BYTES")? as usize,
+            max_in_flight: s.whole("QIM_MAX_IN_FLIGHT_COMMITS")? as usize,
+            recovery_grace: s.seconds("QIM_RECOVERY_GRACE_SECS")?,
+            recovery_interval: s.seconds("QIM_RECOVERY_INTERVAL_SECS")?,
             api_token: s.get("QIM_API_TOKEN").filter(|t| !t.is_empty()).map(str::to_owned),
             log: s.required("QIM_LOG")?.to_owned(),
             startup_timeout: s.startup_timeout()?,

@@ -26,7 +26,7 @@ pub fn environment_help(tables: &[&[EnvVar]]) -> String {
     let mut out = String::from("Environment (every variable this service reads):\n");
     for var in tables.iter().flat_map(|t| t.iter()).filter(|v| seen.insert(v.name)) {
         let default = var.default.map_or_else(|| "unset".to_owned(), |d| format!("{d:?}"));
-        out.push_str(&format!("  {} [default: {default}]\n      {}\n", var.name, var.doc));
+        out.push_str(&format!("  {} [default: {default}]\n      {}\n", var.name, var.describe()));
     }
     out
 }

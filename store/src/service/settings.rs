@@ -11,6 +11,7 @@ use crate::env::EnvVar;
 #[derive(Clone, Debug)]
 pub struct Settings {
     values: HashMap<&'static str, String>,
+    ranges: HashMap<&'static str, (u64, u64)>,
 }
 
 impl Settings {
@@ -23,12 +24,16 @@ impl Settings {
     ) -> Result<Self, String> {
         check_environment(tables, lookup, present).map_err(|problems| problems.join("; "))?;
         let mut values = HashMap::new();
+        let mut ranges = HashMap::new();
         for var in tables.iter().flat_map(|t| t.iter()) {
             if let Some(v) = lookup(var.name).or_else(|| var.default.map(str::to_owned)) {
                 values.insert(var.name, v);
             }
+            if let Some(range) = var.range {
+                ranges.insert(var.name, range);
+            }
         }
-        Ok(Self { values })
+        Ok(Self { values, ranges })
     }
 
     /// Reads the process environment.
@@ -55,12 +60,26 @@ impl Settings {
         raw.trim().parse().map_err(|e| format!("{name}={raw:?}: {e}"))
     }
 
+    /// The whole number `name` holds, within its documented range ([`EnvVar::range`]; checked
+    /// when the settings were resolved, so an error here means `name` has no range or was
+    /// never resolved).
+    pub fn whole(&self, name: &str) -> Result<u64, String> {
+        let n: u64 = self.parse(name)?;
+        match self.ranges.get(name) {
+            Some((lo, hi)) if (lo..=hi).contains(&&n) => Ok(n),
+            Some((lo, hi)) => Err(format!("{name}={n} must be a whole number in {lo}..={hi}")),
+            None => Err(format!("{name} is not documented as a whole number with a range")),
+        }
+    }
+
+    /// [`whole`](Self::whole) seconds.
+    pub fn seconds(&self, name: &str) -> Result<std::time::Duration, String> {
+        self.whole(name).map(std::time::Duration::from_secs)
+    }
+
     /// `QIM_STARTUP_TIMEOUT_SECS`: how long a service's start-up steps may keep retrying.
     pub fn startup_timeout(&self) -> Result<std::time::Duration, String> {
-        match self.parse::<u64>("QIM_STARTUP_TIMEOUT_SECS")? {
-            n @ 1..=3600 => Ok(std::time::Duration::from_secs(n)),
-            n => Err(format!("QIM_STARTUP_TIMEOUT_SECS={n} must be in 1..=3600")),
-        }
+        self.seconds("QIM_STARTUP_TIMEOUT_SECS")
     }
 
     /// A lookup over the resolved values, for constructors that take one.
