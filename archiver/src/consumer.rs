@@ -26,6 +26,7 @@ use qim_store::retention::RetentionPolicy;
 use qim_store::service::kafka::consumer::Leases;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::TopicPartitionList;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -135,7 +136,13 @@ impl ConsumerLoop {
                 }
                 received = self.consumer.recv(), if paused.is_some() => match received {
                     Ok(message) => {
-                        let lease = self.leases.get_or_ended(rdkafka::Message::partition(&message));
+                        let partition = rdkafka::Message::partition(&message);
+                        // A partition assigned since the pause (cooperative rebalances move
+                        // single partitions) is paused too, so `carry` stays bounded.
+                        if let Some(paused) = paused.as_mut() {
+                            pause_newcomer(&self.consumer, paused, &self.topic, partition);
+                        }
+                        let lease = self.leases.get_or_ended(partition);
                         carry.push(Incoming::from_message(&message, lease));
                     }
                     Err(error) => emit(ConsumerFailed { error: &error }),
@@ -172,5 +179,20 @@ impl ConsumerLoop {
             }
         }
         Ok(())
+    }
+}
+
+/// Pauses `partition` of `topic` and adds it to `paused` unless it is there already.
+fn pause_newcomer(consumer: &ArchiverConsumer, paused: &mut TopicPartitionList, topic: &str, partition: i32) {
+    if paused.find_partition(topic, partition).is_some() {
+        return;
+    }
+    let mut one = TopicPartitionList::new();
+    one.add_partition(topic, partition);
+    match consumer.pause(&one) {
+        Ok(()) => {
+            paused.add_partition(topic, partition);
+        }
+        Err(e) => tracing::debug!(partition, error = %e, "pausing a partition assigned during a long batch"),
     }
 }

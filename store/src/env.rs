@@ -314,4 +314,23 @@ mod tests {
         assert_eq!(before, names.len(), "a variable is documented twice");
         assert!(all.iter().all(|v| v.name.starts_with("QIM_") && !v.doc.is_empty()));
     }
+
+    #[test]
+    fn every_duration_and_count_has_its_range_and_every_default_is_inside_it() {
+        // The retention days are checked by their domain types (`RetentionPolicy`,
+        // `MailboxRetention`), which own those bounds.
+        let by_domain = ["QIM_DEFAULT_HISTORY_RETENTION_DAYS", "QIM_MAILBOX_RETENTION_DAYS"];
+        for var in ALL_SERVICES.iter().flat_map(|t| t.iter()) {
+            let numeric = ["_SECS", "_MILLIS", "_HOURS", "_DAYS", "_BYTES", "_RECORDS", "_CONCURRENCY", "_BLOCK"]
+                .iter()
+                .any(|suffix| var.name.ends_with(suffix));
+            if numeric && !by_domain.contains(&var.name) {
+                assert!(var.range.is_some(), "{} has no range", var.name);
+            }
+            if let (Some((lo, hi)), Some(default)) = (var.range, var.default) {
+                let n: u64 = default.parse().unwrap_or_else(|_| panic!("{} default {default:?}", var.name));
+                assert!((lo..=hi).contains(&n), "{} default {n} outside {lo}..={hi}", var.name);
+            }
+        }
+    }
 }

@@ -183,12 +183,18 @@ impl ShardWorkers {
             } else {
                 // It ended by itself (or is about to: its seek may still run): it sought the
                 // partition back because the store lost state.
-                resume_at = match old.task.await {
+                let ended = tokio::select! {
+                    ended = old.task => ended,
+                    () = shutdown.cancelled() => return None,
+                };
+                resume_at = match ended {
                     Ok(sought) => sought,
-                    Err(e) => match e.try_into_panic() {
-                        Ok(panic) => std::panic::resume_unwind(panic),
-                        Err(_) => None,
-                    },
+                    Err(e) => {
+                        // As before: a failed pipeline is replaced, reading on from the
+                        // partition's position (the new one finds the store's state itself).
+                        tracing::error!(partition, error = %e, "a shard pipeline failed; starting another");
+                        None
+                    }
                 };
             }
         }

@@ -173,11 +173,6 @@ impl Project {
     pub fn topic_init_services(&self) -> Vec<String> {
         self.names().into_iter().filter(|n| script(self.ours(n)).contains("rpk topic create")).collect()
     }
-
-    /// The names declared under the top-level `volumes` key.
-    pub fn declared_volumes(&self) -> BTreeSet<String> {
-        self.doc["volumes"].as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
-    }
 }
 
 /// A string, number or boolean as text; `None` for null, arrays and objects.

@@ -86,6 +86,14 @@ pub struct Mount {
     pub target: String,
 }
 
+impl Mount {
+    /// Whether what is written there outlives the container: a named volume or a bind mount
+    /// (not tmpfs, not an anonymous volume).
+    pub fn keeps_data(&self) -> bool {
+        matches!(self.kind.as_str(), "volume" | "bind") && !self.source.is_empty()
+    }
+}
+
 /// A service's `volumes`; empty when it has none.
 pub fn mounts(service: &Value) -> Vec<Mount> {
     let Some(entries) = service.get("volumes").and_then(Value::as_array) else {

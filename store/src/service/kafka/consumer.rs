@@ -10,8 +10,14 @@
 //! step that would store an offset or start more work. The revoke callback, which librdkafka
 //! runs inside `recv()` before the partition is handed over, ends the lease first and then
 //! commits what was stored, so the next owner resumes after the last durable record and work
-//! of the old lease stores nothing more. A later assignment of the same partition is a new
-//! lease; work of the old one stays stale.
+//! of the old lease starts nothing more. (A step that passed its check just before the
+//! revocation may still store its offset; it is durable work, so the new owner only skips what
+//! is done.) A later assignment of the same partition is a new lease; work of the old one stays
+//! stale.
+//!
+//! Changing the assignment strategy of a running group is not possible in place: a group of
+//! members that used the eager default must be stopped entirely before members with
+//! `cooperative-sticky` join it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -213,11 +219,22 @@ impl ConsumerContext for GroupContext {
             Rebalance::Revoke(list) => {
                 let partitions = self.partitions(list);
                 self.leases.revoke(&partitions);
-                // Hand the next owner everything made durable so far.
-                match consumer.commit_consumer_state(CommitMode::Sync) {
-                    Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
-                    Err(e) => {
-                        tracing::warn!(consumer = self.consumer, error = %e, "committing offsets before a revocation failed");
+                for partition in &partitions {
+                    // Its lag is its next owner's to report now.
+                    gauge!(self.metrics.lag, "consumer" => self.consumer, "partition" => partition.to_string())
+                        .set(0.0);
+                }
+                // Hand the next owner everything made durable so far (a lost assignment can
+                // commit nothing: the group already moved on).
+                if !consumer.assignment_lost() {
+                    match consumer.commit_consumer_state(CommitMode::Sync) {
+                        Ok(())
+                        | Err(KafkaError::ConsumerCommit(
+                            RDKafkaErrorCode::NoOffset | RDKafkaErrorCode::AssignmentLost,
+                        )) => {}
+                        Err(e) => {
+                            tracing::warn!(consumer = self.consumer, error = %e, "committing offsets before a revocation failed");
+                        }
                     }
                 }
                 self.count("revoke");

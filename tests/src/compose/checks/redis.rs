@@ -30,7 +30,8 @@ pub fn check(compose: &Compose) -> Vec<String> {
                 ));
             }
         }
-        if !mounts(service).iter().any(|m| m.target == "/data") {
+        // A named volume (or a bind mount): tmpfs or an anonymous volume would not keep the AOF.
+        if !mounts(service).iter().any(|m| m.target == "/data" && m.keeps_data()) {
             problems.push(format!("{name}: no volume mounted at /data (the AOF would die with the container)"));
         }
     }

@@ -47,7 +47,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
                     }
                 }
             }
-            match mounts(service).into_iter().find(|m| m.target == "/var/lib/scylla") {
+            match mounts(service).into_iter().find(|m| m.target == "/var/lib/scylla" && m.keeps_data()) {
                 Some(m) if data_volumes.insert(m.source.clone()) => {}
                 Some(m) => problems.push(format!("{node}: shares its data volume `{}` with another node", m.source)),
                 None => problems.push(format!("{node}: no volume mounted at /var/lib/scylla")),

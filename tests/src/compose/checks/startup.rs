@@ -1,10 +1,10 @@
-//! Start-up order holds in every profile: `depends_on` targets exist and their conditions can
-//! be met, an enabled service never requires a disabled one, and our services wait for the
+//! Start-up order holds: the loader warns about nothing, the `depends_on` conditions can be met
+//! (a healthcheck to wait for, a one-shot that does not restart), and our services wait for the
 //! migration, the topics and Redis, restart and stop gracefully.
 
 use crate::compose::deployment::{MIGRATE, OURS};
-use crate::compose::project::{scalar_at, words};
-use crate::compose::service::{depends_on, effective, env_of, mounts, redis_host_port};
+use crate::compose::project::scalar_at;
+use crate::compose::service::{depends_on, effective, env_of, redis_host_port};
 use crate::compose::Compose;
 
 /// The start-up order problems of `compose` (empty when there are none), including
@@ -17,57 +17,22 @@ pub fn check(compose: &Compose) -> Vec<String> {
         }
     }
     let every = compose.every();
+    // The loader itself refuses a healthcheck test of the wrong form, an undeclared volume, a
+    // dependency on no service or on a service the profile disables, and an unknown condition
+    // (the load fails with its message); what it can not know is checked here.
     let names = every.names();
-    let declared_volumes = every.declared_volumes();
-
     for name in &names {
         let service = every.ours(name);
-        if let Some(health) = service.get("healthcheck") {
-            let test = words(health.get("test"));
-            if !matches!(test.first().map(String::as_str), Some("CMD" | "CMD-SHELL" | "NONE")) {
-                problems.push(format!("{name}: healthcheck.test must start with CMD or CMD-SHELL"));
-            }
-        }
-        for mount in mounts(service) {
-            if mount.kind == "volume" && !mount.source.is_empty() && !declared_volumes.contains(&mount.source) {
-                problems.push(format!("{name}: volume `{}` is not declared under top-level `volumes`", mount.source));
-            }
-        }
         for dep in depends_on(service) {
-            let Some(target) = every.service(&dep.name) else {
-                problems.push(format!("{name}: depends on `{}`, which is not a service", dep.name));
-                continue;
-            };
-            match dep.condition.as_str() {
-                "service_started" => {}
-                "service_healthy" => {
-                    if target.get("healthcheck").is_none() {
-                        problems
-                            .push(format!("{name}: waits for {} to be healthy, but it has no healthcheck", dep.name));
-                    }
-                }
-                "service_completed_successfully" => {
-                    let restart = scalar_at(target, "restart").unwrap_or_else(|| "no".into());
-                    if restart != "no" {
-                        problems
-                            .push(format!("{name}: waits for {} to complete, but it restarts ({restart})", dep.name));
-                    }
-                }
-                other => problems.push(format!("{name}: unknown depends_on condition {other}")),
+            let Some(target) = every.service(&dep.name) else { continue };
+            let healthy = dep.condition == "service_healthy";
+            if healthy && target.get("healthcheck").is_none() {
+                problems.push(format!("{name}: waits for {} to be healthy, but it has no healthcheck", dep.name));
             }
-        }
-    }
-
-    // Compose rejects a project in which an enabled service requires a disabled one.
-    for (profile, project) in compose.variants() {
-        for name in project.names() {
-            for dep in depends_on(project.ours(&name)) {
-                if dep.required && !project.has(&dep.name) {
-                    problems.push(format!(
-                        "profile {profile}: {name} requires {}, which the profile does not \
-                         start (`required: false` or a shared profile)",
-                        dep.name
-                    ));
+            if dep.condition == "service_completed_successfully" {
+                let restart = scalar_at(target, "restart").unwrap_or_else(|| "no".into());
+                if restart != "no" {
+                    problems.push(format!("{name}: waits for {} to complete, but it restarts ({restart})", dep.name));
                 }
             }
         }
