@@ -190,7 +190,7 @@ impl ShardWorkers {
                 resume_at = match ended {
                     Ok(sought) => sought,
                     Err(e) => {
-                        // As before: a failed pipeline is replaced, reading on from the
+                        // A failed pipeline is replaced, reading on from the
                         // partition's position (the new one finds the store's state itself).
                         tracing::error!(partition, error = %e, "a shard pipeline failed; starting another");
                         None
