@@ -50,6 +50,9 @@ impl Valid {
     }
 }
 
+/// The dead-letter reason of a record whose coordinates hold another archived record.
+pub const CONFLICTING: &str = "conflicting_record";
+
 /// One partition's records, in offset order, classified.
 #[derive(Clone, Debug)]
 pub struct PartitionBatch {

@@ -7,12 +7,11 @@ use std::time::Duration;
 use metrics::{counter, gauge, histogram};
 use qim_store::service::events::InternalEvent;
 
-use crate::batch::{Poison, Valid};
+use crate::batch::{Poison, Valid, CONFLICTING};
 use crate::metrics::{
     ABANDONED, BATCHES, BATCH_SECONDS, CONSUMER_ERRORS, DEAD_LETTERS, END_TO_END_SECONDS, RECORDS, RETENTION_MISMATCH,
     RETRIES, TRIMMED, TRIM_WAITING, WATERMARK_ADVANCES, WATERMARK_ERRORS, WATERMARK_GAPS,
 };
-use crate::pipeline::CONFLICTING;
 
 /// The Kafka consumer returned an error (the client reconnects by itself).
 pub struct ConsumerFailed<'a> {

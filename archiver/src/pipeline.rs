@@ -21,16 +21,13 @@ use qim_store::service::retry::Backoff;
 use qim_store::SeqHighWater;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{PartitionBatch, Poison};
+use crate::batch::{PartitionBatch, Poison, CONFLICTING};
 use crate::dlq::DeadLetters;
 use crate::failpoint::crash_point;
 use qim_store::service::events::emit;
 
 use crate::events::{BatchDurable, BatchStepFailed, BatchStepRecovered, RecordRefused, RecordsArchived};
 use crate::watermark::Watermarks;
-
-/// The dead-letter reason of a record whose coordinates hold another archived record.
-pub const CONFLICTING: &str = "conflicting_record";
 
 /// First retry pause of a batch step; doubles per attempt (with jitter).
 const FIRST_BACKOFF: Duration = Duration::from_millis(200);
