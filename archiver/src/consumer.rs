@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use futures_util::future::try_join_all;
 use qim_store::retention::RetentionPolicy;
+use qim_store::service::events::emit;
 use qim_store::service::kafka::consumer::Leases;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -32,7 +33,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::batch::{partition_batches, PartitionBatch};
 use crate::config::BatchLimits;
-use qim_store::service::events::emit;
 
 use crate::events::{BatchAbandoned, ConsumerFailed};
 use crate::pipeline::{Outcome, Processor};

@@ -12,9 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qim_store::redis::RedisMessageStore;
-use tokio_util::sync::CancellationToken;
-
 use qim_store::service::events::emit;
+use tokio_util::sync::CancellationToken;
 
 use crate::events::{HotTierTrimFailed, HotTierTrimmed};
 use crate::watermark::Watermarks;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis};
 use qim_store::message::{MessageRecord, PublishedRecord};
 use qim_store::scylla::ScyllaMessageStore;
+use qim_store::service::events::emit;
 use qim_store::service::retry::Backoff;
 use qim_store::SeqHighWater;
 use tokio_util::sync::CancellationToken;
@@ -24,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 use crate::batch::{PartitionBatch, Poison, CONFLICTING};
 use crate::dlq::DeadLetters;
 use crate::failpoint::crash_point;
-use qim_store::service::events::emit;
 
 use crate::events::{BatchDurable, BatchStepFailed, BatchStepRecovered, RecordRefused, RecordsArchived};
 use crate::watermark::Watermarks;

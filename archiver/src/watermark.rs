@@ -45,9 +45,8 @@ use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, User
 use qim_store::message::{Direction, HistoryQuery, MessageRecord, MAX_PAGE_ITEMS};
 use qim_store::redis::{ArchiveGaps, RedisMessageStore};
 use qim_store::scylla::ScyllaMessageStore;
-use qim_store::{HistoryAuthorizer, MessageStore, StoreResult};
-
 use qim_store::service::events::emit;
+use qim_store::{HistoryAuthorizer, MessageStore, StoreResult};
 
 use crate::events::{WatermarkAdvanced, WatermarkGaps, WatermarkNotEvaluated};
 

@@ -10,13 +10,12 @@
 
 use std::time::Duration;
 
+use qim_store::service::events::emit;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
-
-use qim_store::service::events::emit;
 
 use crate::events::{DeadLetterFailed, DeadLettered};
 

@@ -6,10 +6,9 @@
 
 use std::future::Future;
 
+use qim_store::service::events::emit;
 use qim_store::{ErrorKind, StoreError};
 use tokio_util::sync::CancellationToken;
-
-use qim_store::service::events::emit;
 
 use crate::events::StoreStepFailed;
 

@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 use qim_store::ids::MessageId;
 use qim_store::message::{Commit, CommitRequest, CommitState};
 use qim_store::retention::RetentionPolicy;
+use qim_store::service::events::emit;
 use qim_store::{ErrorKind, MessageStore, StoreError};
 use tokio::sync::Semaphore;
-
-use qim_store::service::events::emit;
 
 use crate::events::{DeliveryFailed, InFlightChanged, SendAnswered, StageDone};
 use crate::publisher::{Publish, PublishError};

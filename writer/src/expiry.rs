@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use qim_store::service::events::emit;
 use qim_store::MessageStore;
 use tokio_util::sync::CancellationToken;
-
-use qim_store::service::events::emit;
 
 use crate::events::ExpiryDrained;
 

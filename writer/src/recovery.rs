@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qim_store::ids::UnixMillis;
+use qim_store::service::events::emit;
 use qim_store::MessageStore;
 use tokio_util::sync::CancellationToken;
 
 use crate::committer::DurableMessageCommitter;
-use qim_store::service::events::emit;
 
 use crate::events::{AuxCollected, CommitRecovered};
 

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use qim_store::service::events::emit;
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_store::{all_members, MembershipStore};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -35,7 +36,6 @@ use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext, L
 
 use crate::config::KafkaConfig;
 use crate::kafka::{dead_letter, original_headers, AckedProducer, Outgoing, Refused, SendError};
-use qim_store::service::events::emit;
 
 use crate::events::{DispatchProduceFailed, MessageRefused, MessageRouted};
 use crate::retry::{never, retry_store, Backoff};

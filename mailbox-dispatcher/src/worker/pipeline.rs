@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardFence, ShardId, CHUNK_MAX_RECIPIENTS, LANES};
+use qim_store::service::events::emit;
 use qim_store::{ErrorKind, StoreResult};
 use rdkafka::consumer::Consumer;
 use tokio::sync::mpsc;
@@ -43,7 +44,6 @@ use tokio_util::sync::CancellationToken;
 use super::resync::{next_after, seek_back, Arrival, Resync};
 use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
 use super::window::Window;
-use qim_store::service::events::emit;
 
 use crate::events::{DispatchesCollected, LaneWatermarkLag, WatermarkAdvanceFailed, WatermarkAdvanced};
 

@@ -35,13 +35,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qim_store::mailbox::{LaneWatermark, ShardFence, ShardId};
+use qim_store::service::events::emit;
 use qim_store::{ErrorKind, StoreError, StoreResult};
 use rdkafka::consumer::Consumer;
 use tokio_util::sync::CancellationToken;
 
 use super::pipeline::{Done, Pipeline};
 use super::steps::{read_watermarks, ShardContext};
-use qim_store::service::events::emit;
 
 use crate::events::ShardResync;
 use crate::retry::{never, retry_store};

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use qim_store::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardFence, ShardId,
 };
+use qim_store::service::events::emit;
 use qim_store::topic::decode_dispatch;
 use qim_store::{ChunkWrite, ErrorKind, MailboxStore, StoreError, StoreResult};
 use rdkafka::consumer::StreamConsumer;
@@ -18,7 +19,6 @@ use crate::config::KafkaConfig;
 use qim_store::service::kafka::consumer::GroupContext;
 
 use crate::kafka::{dead_letter, AckedProducer, Refused};
-use qim_store::service::events::emit;
 
 use crate::events::{ChunksWritten, DispatchBegun, DispatchRefused};
 use crate::retry::{never, retry_store};
