@@ -14,7 +14,7 @@ use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::scylla::archive_check;
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 
-use qim_store::service::kafka::consumer::Lease;
+use qim_runtime::kafka::consumer::Lease;
 
 use crate::source::Incoming;
 

@@ -3,11 +3,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_store::env::{EnvVar, ARCHIVER_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_runtime::env::{EnvVar, ARCHIVER_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_runtime::settings::Settings;
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
-use qim_store::service::settings::Settings;
 
 /// Every variable the archiver reads, as documented in the README.
 pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, ARCHIVER_ENV];

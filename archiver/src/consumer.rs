@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
+use qim_runtime::events::emit;
+use qim_runtime::kafka::consumer::Leases;
 use qim_store::retention::RetentionPolicy;
-use qim_store::service::events::emit;
-use qim_store::service::kafka::consumer::Leases;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::TopicPartitionList;

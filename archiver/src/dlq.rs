@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
-use qim_store::service::kafka::{dead_letter_headers, dead_letter_source, DELIVERY_TIMEOUT};
+use qim_runtime::kafka::{dead_letter_headers, dead_letter_source, DELIVERY_TIMEOUT};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
@@ -23,7 +23,7 @@ pub struct DeadLetters {
 impl DeadLetters {
     /// A producer to `topic` for records read from `source_topic` (no round trip yet).
     pub fn new(brokers: &str, topic: &str, source_topic: &str) -> Result<Self, String> {
-        let producer = qim_store::service::kafka::producer_config(brokers, Duration::from_millis(5))
+        let producer = qim_runtime::kafka::producer_config(brokers, Duration::from_millis(5))
             .create()
             .map_err(|e| format!("creating the dead-letter producer: {e}"))?;
         Ok(Self { producer, topic: topic.to_owned(), source_topic: source_topic.to_owned() })
@@ -59,7 +59,7 @@ impl DeadLetters {
 
     /// Checks `topic` exists (the dead-letter topic, or the one it serves), within `timeout`.
     pub async fn check_topic(&self, topic: &str, timeout: Duration) -> Result<(), String> {
-        qim_store::service::kafka::partitions(&self.producer, topic, timeout).await.map(drop)
+        qim_runtime::kafka::partitions(&self.producer, topic, timeout).await.map(drop)
     }
 
     /// Waits up to `timeout` for queued deliveries.

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use qim_runtime::events::emit;
 use qim_store::redis::RedisMessageStore;
-use qim_store::service::events::emit;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{HotTierTrimFailed, HotTierTrimmed};

@@ -1,7 +1,7 @@
 //! The archiver's metric names (Prometheus), in one place. Labels are low-cardinality: an
 //! outcome or reason from a fixed set, or a partition number.
 
-use qim_store::service::kafka::consumer::ConsumerMetrics;
+use qim_runtime::kafka::consumer::ConsumerMetrics;
 
 /// Counter, label `outcome`: `archived`, `dead_lettered`.
 pub const RECORDS: &str = "qim_archiver_records_total";

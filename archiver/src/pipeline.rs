@@ -14,11 +14,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use qim_runtime::events::emit;
+use qim_runtime::retry::Backoff;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis};
 use qim_store::message::{MessageRecord, PublishedRecord};
 use qim_store::scylla::ScyllaMessageStore;
-use qim_store::service::events::emit;
-use qim_store::service::retry::Backoff;
 use qim_store::SeqHighWater;
 use tokio_util::sync::CancellationToken;
 

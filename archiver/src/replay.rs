@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
+use qim_runtime::kafka::consumer::Lease;
 use qim_store::clock::{Clock, SystemClock};
-use qim_store::service::kafka::consumer::Lease;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
@@ -120,8 +120,8 @@ pub struct Summary {
 /// Resolves `start` to `(partition, first, end)` triples with records to replay.
 async fn plan(consumer: Arc<StreamConsumer>, topic: String, start: Start) -> anyhow::Result<Vec<(i32, i64, i64)>> {
     tokio::task::spawn_blocking(move || {
-        let partitions = qim_store::service::kafka::partition_ids(consumer.client(), &topic, KAFKA_TIMEOUT)
-            .map_err(anyhow::Error::msg)?;
+        let partitions =
+            qim_runtime::kafka::partition_ids(consumer.client(), &topic, KAFKA_TIMEOUT).map_err(anyhow::Error::msg)?;
         let mut bounds = HashMap::new();
         for &p in &partitions {
             bounds.insert(p, consumer.fetch_watermarks(&topic, p, KAFKA_TIMEOUT).context("reading watermarks")?);
@@ -230,9 +230,9 @@ pub async fn replay(
 pub async fn main(args: &ReplayArgs) -> anyhow::Result<()> {
     let start = args.start();
     let config = ArchiverConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
-    qim_store::service::telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
+    qim_runtime::telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
-    qim_store::service::shutdown::cancel_on_signal(shutdown.clone());
+    qim_runtime::shutdown::cancel_on_signal(shutdown.clone());
     let began = Instant::now();
     let bar = ProgressBar::new(0).with_style(
         ProgressStyle::with_template("replay {wide_bar} {pos}/{len} records ({percent}%), {per_sec}, eta {eta}")

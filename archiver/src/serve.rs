@@ -14,13 +14,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use qim_runtime::http::{operational_routes, ReadinessCheck};
+use qim_runtime::kafka::consumer::GroupContext;
+use qim_runtime::startup::{open_scylla_messages, Startup, Unreachable};
+use qim_runtime::telemetry;
 use qim_store::clock::{Clock, SystemClock};
 use qim_store::redis::{ArchiveGaps, RedisMessageStore};
 use qim_store::scylla::ScyllaMessageStore;
-use qim_store::service::http::{operational_routes, ReadinessCheck};
-use qim_store::service::kafka::consumer::GroupContext;
-use qim_store::service::startup::{open_scylla_messages, Startup, Unreachable};
-use qim_store::service::telemetry;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -163,6 +163,6 @@ pub async fn main() -> anyhow::Result<()> {
     let config = ArchiverConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
     telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
-    qim_store::service::shutdown::cancel_on_signal(shutdown.clone());
+    qim_runtime::shutdown::cancel_on_signal(shutdown.clone());
     start(config, shutdown).await?.wait().await
 }

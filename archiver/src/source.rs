@@ -11,7 +11,7 @@
 //! whole partition batch) whose lease has ended is dropped before its offset could be stored:
 //! the partition's next owner reads it again from the committed offset.
 
-use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext, Lease};
+use qim_runtime::kafka::consumer::{group_consumer_config, GroupContext, Lease};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaResult;
@@ -64,7 +64,7 @@ impl Incoming {
 pub type ArchiverConsumer = StreamConsumer<GroupContext>;
 
 /// Creates the group consumer (not yet subscribed), with the settings and revocation handling
-/// every qim consumer shares ([`qim_store::service::kafka::consumer`]).
+/// every qim consumer shares ([`qim_runtime::kafka::consumer`]).
 pub fn group_consumer(brokers: &str, group: &str, context: GroupContext) -> KafkaResult<ArchiverConsumer> {
     group_consumer_config(brokers, group).create_with_context(context)
 }

@@ -40,12 +40,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures_util::stream::{self, TryStreamExt};
+use qim_runtime::events::emit;
 use qim_store::clock::Clock;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, UserId};
 use qim_store::message::{Direction, HistoryQuery, MessageRecord, MAX_PAGE_ITEMS};
 use qim_store::redis::{ArchiveGaps, RedisMessageStore};
 use qim_store::scylla::ScyllaMessageStore;
-use qim_store::service::events::emit;
 use qim_store::{HistoryAuthorizer, MessageStore, StoreResult};
 
 use crate::events::{WatermarkAdvanced, WatermarkGaps, WatermarkNotEvaluated};

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
+use qim_runtime::http::ReadinessCheck;
 use qim_store::clock::SystemClock;
 use qim_store::mailbox::MailboxRetention;
 use qim_store::redis::{RedisMailboxStore, RedisMembershipCache};
 use qim_store::scylla::{open_session, readiness, ScyllaConfig, ScyllaMailboxStore, ScyllaMembershipStore};
-use qim_store::service::http::ReadinessCheck;
 use qim_store::tiered::TieredMembershipStore;
 use qim_store::{MailboxStore, MembershipStore};
 use scylla::client::session::Session;
@@ -42,9 +42,7 @@ pub async fn open(backend: &Backend, retention: MailboxRetention) -> anyhow::Res
                 let url = url.clone();
                 Box::pin(async move { ping_redis(&url).await })
             });
-            ping_redis(&config.url)
-                .await
-                .map_err(|e| anyhow::Error::new(qim_store::service::startup::Unreachable(e)))?;
+            ping_redis(&config.url).await.map_err(|e| anyhow::Error::new(qim_runtime::startup::Unreachable(e)))?;
             Ok(Stores { mailbox: Arc::new(store), members, ready, scylla: None })
         }
         Backend::Scylla(config) => {

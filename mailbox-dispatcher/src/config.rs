@@ -1,16 +1,16 @@
 //! The mailbox dispatcher's documented configuration, and its validated, typed form.
 //!
 //! Everything is read and checked before anything connects (see
-//! [`qim_store::service::settings::Settings`]); a bad value names its variable.
+//! [`qim_runtime::settings::Settings`]); a bad value names its variable.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_store::env::{EnvVar, DISPATCHER_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_runtime::env::{EnvVar, DISPATCHER_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
+use qim_runtime::settings::Settings;
 use qim_store::mailbox::{MailboxRetention, ShardEpoch};
 use qim_store::redis::RedisConfig;
 use qim_store::scylla::ScyllaConfig;
-use qim_store::service::settings::Settings;
 
 /// Every variable the mailbox dispatcher reads, as documented in the README.
 pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV, DISPATCHER_ENV];

@@ -1,12 +1,12 @@
 //! What the dispatcher reports, one type per event: each writes its log line and updates its
 //! metrics (names in [`crate::metrics`]) in one place. Emitted with
-//! [`qim_store::service::events::emit`].
+//! [`qim_runtime::events::emit`].
 
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
+use qim_runtime::events::InternalEvent;
 use qim_store::mailbox::{LaneId, ShardId};
-use qim_store::service::events::InternalEvent;
 use qim_store::StoreError;
 
 use crate::metrics::{

@@ -2,15 +2,15 @@
 //! dead-letter writer.
 //!
 //! Both consumers are the group consumers every qim service shares
-//! ([`qim_store::service::kafka::consumer`]) and run at-least-once: an offset is stored (then
+//! ([`qim_runtime::kafka::consumer`]) and run at-least-once: an offset is stored (then
 //! auto-committed) only after the record's effect is durable. The work of a partition holds its
-//! [`Lease`](qim_store::service::kafka::consumer::Lease): the revoke callback ends it *before*
+//! [`Lease`](qim_runtime::kafka::consumer::Lease): the revoke callback ends it *before*
 //! the partition is given up, so that work stops scheduling new steps at once (steps already
 //! started finish; they are idempotent, and the new owner redoes whatever was not stored).
 
 use std::time::Duration;
 
-use qim_store::service::events::emit;
+use qim_runtime::events::emit;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::events::{DeadLetterFailed, DeadLettered};
 
 /// How long one produce may wait for its acknowledgement before it is retried.
-pub use qim_store::service::kafka::DELIVERY_TIMEOUT;
+pub use qim_runtime::kafka::DELIVERY_TIMEOUT;
 
 /// Why a produce failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +92,7 @@ const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(10);
 impl AckedProducer {
     /// Creates the producer (no network round trip yet).
     pub fn new(brokers: &str) -> Result<Self, String> {
-        let producer = qim_store::service::kafka::producer_config(brokers, Duration::from_millis(2))
+        let producer = qim_runtime::kafka::producer_config(brokers, Duration::from_millis(2))
             .create()
             .map_err(|e| format!("creating the kafka producer: {e}"))?;
         Ok(Self { producer })
@@ -132,7 +132,7 @@ impl AckedProducer {
 
     /// The number of partitions of `topic`, read from the cluster within `timeout`.
     pub async fn partitions(&self, topic: &str, timeout: Duration) -> Result<usize, String> {
-        qim_store::service::kafka::partitions(&self.producer, topic, timeout).await
+        qim_runtime::kafka::partitions(&self.producer, topic, timeout).await
     }
 }
 
@@ -172,7 +172,7 @@ pub async fn dead_letter(
     refused: Refused<'_>,
     cancel: &CancellationToken,
 ) -> bool {
-    use qim_store::service::kafka::{dead_letter_headers, dead_letter_source};
+    use qim_runtime::kafka::{dead_letter_headers, dead_letter_source};
     let source = dead_letter_source(refused.topic, refused.partition, refused.offset);
     let original = refused.headers.iter().map(|(k, v)| (k.as_str(), v.as_deref()));
     let headers = dead_letter_headers(original, refused.reason, &source, refused.detail);

@@ -1,7 +1,7 @@
 //! The dispatcher's metric names (Prometheus), in one place. Labels are low-cardinality: shard
 //! numbers (bounded by `QIM_MAILBOX_SHARDS`), outcomes and error kinds, never ids.
 
-use qim_store::service::kafka::consumer::ConsumerMetrics;
+use qim_runtime::kafka::consumer::ConsumerMetrics;
 
 /// Counter, label `outcome`: `routed` (dispatch records acknowledged), `no_members`,
 /// `dead_lettered` (undecodable message).

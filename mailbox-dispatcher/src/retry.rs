@@ -1,18 +1,18 @@
 //! Retrying a store step with the services' one retry policy
-//! ([`qim_store::service::retry::Backoff`]: capped exponential backoff with jitter).
+//! ([`qim_runtime::retry::Backoff`]: capped exponential backoff with jitter).
 //!
 //! Only the pause races the cancellation token: a started step always runs to its end, so
 //! shutdown or a revoked partition never cuts a write in half.
 
 use std::future::Future;
 
-use qim_store::service::events::emit;
+use qim_runtime::events::emit;
 use qim_store::{ErrorKind, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use crate::events::StoreStepFailed;
 
-pub use qim_store::service::retry::Backoff;
+pub use qim_runtime::retry::Backoff;
 
 /// Runs `op` until it succeeds or fails with an error `gives_up` accepts (returned to the
 /// caller). Every other failure is counted, logged (a warning when the backend was unavailable,

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use metrics_exporter_prometheus::PrometheusHandle;
-use qim_store::service::http::ReadinessCheck;
-use qim_store::service::startup::{Startup, Unreachable};
-use qim_store::service::telemetry;
+use qim_runtime::http::ReadinessCheck;
+use qim_runtime::startup::{Startup, Unreachable};
+use qim_runtime::telemetry;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -154,6 +154,6 @@ pub async fn main() -> anyhow::Result<()> {
     let config = DispatcherConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
     telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
-    qim_store::service::shutdown::cancel_on_signal(shutdown.clone());
+    qim_runtime::shutdown::cancel_on_signal(shutdown.clone());
     start(config, shutdown).await?.wait().await
 }

@@ -12,6 +12,7 @@ use qim_mailbox_dispatcher::kafka::AckedProducer;
 use qim_mailbox_dispatcher::metrics::CONSUMER;
 use qim_mailbox_dispatcher::worker::pipeline::{Pipeline, MAX_WINDOW_RECORDS};
 use qim_mailbox_dispatcher::worker::steps::{Record, ShardContext};
+use qim_runtime::kafka::consumer::{group_consumer_config, GroupContext};
 use qim_store::clock::SystemClock;
 use qim_store::codec::encode_manifest;
 use qim_store::ids::{ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
@@ -21,7 +22,6 @@ use qim_store::mailbox::{
 };
 use qim_store::memory::MemoryMailboxStore;
 use qim_store::message::MessageKind;
-use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext};
 use qim_store::topic::dispatch_key;
 use qim_store::{MailboxStore, StoreResult};
 use tokio::sync::{mpsc, watch};

@@ -11,13 +11,12 @@
 //!   archive behind one `MessageStore`). Without the backend features nothing here needs a
 //!   driver.
 //! - [`testsuite`] (feature `testsuite`): the contract suites every backend runs.
-//! - `service`, `admin` (feature `service`): what the three services share.
+//!
+//! What the three services share (command line, environment, telemetry, HTTP, Kafka) is the
+//! `qim-runtime` crate, built on this one.
 
-#[cfg(feature = "service")]
-pub mod admin;
 pub mod clock;
 pub mod codec;
-pub mod env;
 pub mod error;
 pub mod ids;
 pub mod mailbox;
@@ -34,8 +33,6 @@ mod rules;
 #[cfg(feature = "scylla")]
 pub mod scylla;
 mod seq_high_water;
-#[cfg(feature = "service")]
-pub mod service;
 #[cfg(any(test, feature = "testsuite"))]
 pub mod testsuite;
 #[cfg(all(feature = "redis", feature = "scylla"))]

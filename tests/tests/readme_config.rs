@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use qim_store::env::EnvVar;
+use qim_runtime::env::EnvVar;
 
 fn readme() -> String {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
@@ -32,7 +32,7 @@ fn readers(name: &str) -> String {
         ("dispatcher", qim_mailbox_dispatcher::config::ENVIRONMENT),
     ];
     let reading: Vec<&str> =
-        services.iter().filter(|(_, env)| qim_store::env::find(env, name).is_some()).map(|(s, _)| *s).collect();
+        services.iter().filter(|(_, env)| qim_runtime::env::find(env, name).is_some()).map(|(s, _)| *s).collect();
     if reading.len() == services.len() {
         "all".to_owned()
     } else {

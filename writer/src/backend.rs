@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use anyhow::Context;
+use qim_runtime::http::ReadinessCheck;
+use qim_runtime::startup::{open_scylla_messages, Startup};
 use qim_store::clock::{Clock, SystemClock};
 use qim_store::redis::{RedisMembershipCache, RedisMessageStore, SeqLeases};
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::{ScyllaConfig, ScyllaMembershipStore, ScyllaMessageStore};
-use qim_store::service::http::ReadinessCheck;
-use qim_store::service::startup::{open_scylla_messages, Startup};
 use qim_store::tiered::{TieredMembershipStore, TieredMessageStore};
 use qim_store::{MembershipStore, MessageStore};
 

@@ -15,10 +15,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use qim_runtime::events::emit;
 use qim_store::ids::MessageId;
 use qim_store::message::{Commit, CommitRequest, CommitState};
 use qim_store::retention::RetentionPolicy;
-use qim_store::service::events::emit;
 use qim_store::{ErrorKind, MessageStore, StoreError};
 use tokio::sync::Semaphore;
 

@@ -1,11 +1,11 @@
 //! What the writer reports, one type per event: each writes its log line and updates its metrics
-//! (names in [`crate::metrics`]) in one place. Emitted with [`qim_store::service::events::emit`].
+//! (names in [`crate::metrics`]) in one place. Emitted with [`qim_runtime::events::emit`].
 
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
+use qim_runtime::events::InternalEvent;
 use qim_store::ids::MessageId;
-use qim_store::service::events::InternalEvent;
 
 use crate::metrics::{
     AUX_COLLECTED, COMMITS, COMMIT_STAGE_SECONDS, EXPIRY_DRAINED, IN_FLIGHT, KAFKA_DELIVERY_ERRORS, RECOVERY_ACTIONS,

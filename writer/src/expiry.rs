@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use qim_store::service::events::emit;
+use qim_runtime::events::emit;
 use qim_store::MessageStore;
 use tokio_util::sync::CancellationToken;
 

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use qim_store::service::cli::{self, AdminCommand};
+use qim_runtime::cli::{self, AdminCommand};
 
 /// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
 #[global_allocator]

@@ -16,7 +16,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 
 /// How long one delivery may take before the commit gives up (the recovery loop retries).
-pub use qim_store::service::kafka::DELIVERY_TIMEOUT;
+pub use qim_runtime::kafka::DELIVERY_TIMEOUT;
 
 /// A failed publication.
 #[derive(Debug, thiserror::Error)]
@@ -42,10 +42,10 @@ pub trait Publish: Send + Sync {
 }
 
 /// The writer's producer settings: every qim producer's
-/// ([`qim_store::service::kafka::producer_config`]) with a 1 ms linger. (The benchmark's raw loop
+/// ([`qim_runtime::kafka::producer_config`]) with a 1 ms linger. (The benchmark's raw loop
 /// produces with exactly these.)
 pub fn producer_config(brokers: &str) -> ClientConfig {
-    qim_store::service::kafka::producer_config(brokers, Duration::from_millis(1))
+    qim_runtime::kafka::producer_config(brokers, Duration::from_millis(1))
 }
 
 /// The Kafka producer of the writer.
@@ -63,7 +63,7 @@ impl KafkaPublisher {
 
     /// Checks the topic exists and the cluster answers, within `timeout`.
     pub async fn check_topic(&self, timeout: Duration) -> Result<usize, String> {
-        qim_store::service::kafka::partitions(&self.producer, &self.topic, timeout).await
+        qim_runtime::kafka::partitions(&self.producer, &self.topic, timeout).await
     }
 
     /// Waits up to `timeout` for every queued record to be delivered.

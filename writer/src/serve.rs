@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use qim_store::service::http::ReadinessCheck;
-use qim_store::service::startup::{Startup, Unreachable};
-use qim_store::service::telemetry;
+use qim_runtime::http::ReadinessCheck;
+use qim_runtime::startup::{Startup, Unreachable};
+use qim_runtime::telemetry;
 use qim_store::MembershipAuthorizer;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -126,6 +126,6 @@ pub async fn main() -> anyhow::Result<()> {
     let config = WriterConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
     telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
-    qim_store::service::shutdown::cancel_on_signal(shutdown.clone());
+    qim_runtime::shutdown::cancel_on_signal(shutdown.clone());
     start(config, shutdown).await?.wait().await
 }

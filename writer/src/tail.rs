@@ -121,7 +121,7 @@ fn scan(brokers: &str, topic: &str, archiver_group: &str) -> Result<(ByConversat
         .set("enable.partition.eof", "false")
         .create()
         .map_err(|e| format!("creating a consumer: {e}"))?;
-    let partitions = qim_store::service::kafka::partition_ids(reader.client(), topic, SCAN_TIMEOUT)?;
+    let partitions = qim_runtime::kafka::partition_ids(reader.client(), topic, SCAN_TIMEOUT)?;
     let committed = archived_through(brokers, topic, archiver_group, &partitions)?;
     let mut remaining = HashMap::new();
     let mut assignment = TopicPartitionList::new();

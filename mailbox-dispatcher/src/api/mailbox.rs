@@ -5,9 +5,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use qim_runtime::http::ApiError;
 use qim_store::ids::{TenantId, UserId};
 use qim_store::mailbox::{lane_of, shard_of, EventGroup, MailboxSeq};
-use qim_store::service::http::ApiError;
 use qim_store::StoreError;
 use serde::{Deserialize, Serialize};
 

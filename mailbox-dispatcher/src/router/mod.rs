@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use qim_store::service::events::emit;
+use qim_runtime::events::emit;
 use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_store::{all_members, MembershipStore};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use self::route::{encode, manifests, DispatchRecord};
-use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext, Leases};
+use qim_runtime::kafka::consumer::{group_consumer_config, GroupContext, Leases};
 
 use crate::config::KafkaConfig;
 use crate::kafka::{dead_letter, original_headers, AckedProducer, Outgoing, Refused, SendError};

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::pipeline::Pipeline;
 use self::steps::{Record, ShardContext};
-use qim_store::service::kafka::consumer::{group_consumer_config, GroupContext, Leases};
+use qim_runtime::kafka::consumer::{group_consumer_config, GroupContext, Leases};
 
 use crate::config::DispatcherConfig;
 use crate::kafka::AckedProducer;

@@ -33,8 +33,8 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use qim_runtime::events::emit;
 use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardFence, ShardId, CHUNK_MAX_RECIPIENTS, LANES};
-use qim_store::service::events::emit;
 use qim_store::{ErrorKind, StoreResult};
 use rdkafka::consumer::Consumer;
 use tokio::sync::mpsc;

@@ -34,8 +34,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use qim_runtime::events::emit;
 use qim_store::mailbox::{LaneWatermark, ShardFence, ShardId};
-use qim_store::service::events::emit;
 use qim_store::{ErrorKind, StoreError, StoreResult};
 use rdkafka::consumer::Consumer;
 use tokio_util::sync::CancellationToken;

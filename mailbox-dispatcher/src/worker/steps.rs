@@ -6,17 +6,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use qim_runtime::events::emit;
 use qim_store::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardFence, ShardId,
 };
-use qim_store::service::events::emit;
 use qim_store::topic::decode_dispatch;
 use qim_store::{ChunkWrite, ErrorKind, MailboxStore, StoreError, StoreResult};
 use rdkafka::consumer::StreamConsumer;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::KafkaConfig;
-use qim_store::service::kafka::consumer::GroupContext;
+use qim_runtime::kafka::consumer::GroupContext;
 
 use crate::kafka::{dead_letter, AckedProducer, Refused};
 

@@ -84,7 +84,7 @@ pub struct Fixture {
 impl Fixture {
     pub async fn new(kind: Kind) -> Self {
         if let Ok(filter) = std::env::var("TEST_LOG") {
-            let _ = qim_store::service::telemetry::init_logs(&filter);
+            let _ = qim_runtime::telemetry::init_logs(&filter);
         }
         let name = unique("disp");
         let kafka = KafkaConfig {
@@ -148,7 +148,7 @@ impl Fixture {
     /// Starts a dispatcher in this process.
     pub async fn start(&self) -> TestDispatcher {
         let shutdown = CancellationToken::new();
-        let metrics = qim_store::service::telemetry::install_metrics();
+        let metrics = qim_runtime::telemetry::install_metrics();
         let running = start_with(self.config.clone(), self.stores().await, metrics, shutdown.clone())
             .await
             .unwrap_or_else(|e| panic!("starting the dispatcher: {e:#}; {HINT}"));

@@ -4,14 +4,14 @@
 //! constructors read them from the environment:
 //!
 //! - [`ScyllaConfig::production_from_env`]: `QIM_SCYLLA_HOSTS`, `QIM_SCYLLA_KEYSPACE`,
-//!   `QIM_SCYLLA_DC`, `QIM_SCYLLA_RF`, with the defaults documented in [`crate::env::STORE_ENV`].
+//!   `QIM_SCYLLA_DC`, `QIM_SCYLLA_RF`, `QIM_SCYLLA_DEV_SINGLE_NODE`, with the defaults
+//!   [`DEFAULT_HOSTS`], [`DEFAULT_KEYSPACE`], [`DEFAULT_DC`], [`DEFAULT_RF`] and
+//!   [`DEFAULT_DEV_SINGLE_NODE`] (the services' documented defaults).
 //!   It refuses RF < 3, an empty DC and an illegal keyspace name, naming the variable.
 //! - [`ScyllaConfig::test_from_env`]: the isolated `QIM_TEST_SCYLLA_*` variables; RF 1 is legal
 //!   only here, and an unset keyspace gets a fresh per-process name.
 //!
 //! Nothing here touches the network: migration and connection read the config they are given.
-
-use crate::env::{find, STORE_ENV};
 
 /// Production variables.
 pub const HOSTS_VAR: &str = "QIM_SCYLLA_HOSTS";
@@ -23,6 +23,16 @@ pub const DC_VAR: &str = "QIM_SCYLLA_DC";
 pub const RF_VAR: &str = "QIM_SCYLLA_RF";
 /// `true` lets production settings use RF 1 or 2, for a single-node development cluster only.
 pub const DEV_SINGLE_NODE_VAR: &str = "QIM_SCYLLA_DEV_SINGLE_NODE";
+/// Contact points when [`HOSTS_VAR`] is unset.
+pub const DEFAULT_HOSTS: &str = "127.0.0.1:9042";
+/// Keyspace when [`KEYSPACE_VAR`] is unset.
+pub const DEFAULT_KEYSPACE: &str = "qim";
+/// Local data centre when [`DC_VAR`] is unset.
+pub const DEFAULT_DC: &str = "datacenter1";
+/// Replication factor when [`RF_VAR`] is unset.
+pub const DEFAULT_RF: &str = "3";
+/// [`DEV_SINGLE_NODE_VAR`] when unset.
+pub const DEFAULT_DEV_SINGLE_NODE: &str = "false";
 /// Test contact points (default `127.0.0.1:9042`).
 pub const TEST_HOSTS_VAR: &str = "QIM_TEST_SCYLLA_HOSTS";
 /// Test keyspace (default: a fresh `qim_test_<pid>_<nanos>`).
@@ -127,10 +137,19 @@ pub fn generated_test_keyspace() -> String {
 
 impl ScyllaConfig {
     /// Production settings from `lookup` (a variable's value, `None` when unset); unset
-    /// variables take the defaults of [`crate::env::STORE_ENV`].
+    /// variables take the `DEFAULT_*` values of this module.
     pub fn production_from(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ScyllaConfigError> {
         let get = |var: &'static str| {
-            lookup(var).unwrap_or_else(|| find(&[STORE_ENV], var).and_then(|v| v.default).unwrap_or("").to_owned())
+            lookup(var).unwrap_or_else(|| {
+                match var {
+                    HOSTS_VAR => DEFAULT_HOSTS,
+                    KEYSPACE_VAR => DEFAULT_KEYSPACE,
+                    DC_VAR => DEFAULT_DC,
+                    RF_VAR => DEFAULT_RF,
+                    _ => DEFAULT_DEV_SINGLE_NODE,
+                }
+                .to_owned()
+            })
         };
         Ok(Self {
             hosts: hosts(HOSTS_VAR, &get(HOSTS_VAR))?,

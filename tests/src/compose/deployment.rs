@@ -3,7 +3,7 @@
 //! supporting services the checks look for. The checks in [`super::checks`] compare
 //! `docker-compose.yml` against these tables.
 
-use qim_store::env::EnvVar;
+use qim_runtime::env::EnvVar;
 
 /// One of our services in the compose file.
 pub struct Ours {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use qim_store::env::{find, EnvVar};
+use qim_runtime::env::{find, EnvVar};
 use serde_json::Value;
 
 use super::project::{scalar, scalar_at, Project};

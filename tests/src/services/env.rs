@@ -224,7 +224,7 @@ impl PipelineEnv {
             .await;
         let vars = self.service_env(ServiceKind::Archiver);
         let lookup = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        qim_store::admin::migrate_from(&lookup)
+        qim_runtime::admin::migrate_from(&lookup)
             .await
             .map_err(|e| anyhow::anyhow!("migrating the run's keyspace: {e}"))?;
         Ok(())

@@ -3,8 +3,8 @@
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
+use qim_runtime::http::ApiError;
 use qim_store::ids::{ConversationId, TenantId, UserId};
-use qim_store::service::http::ApiError;
 use qim_store::{MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL};
 use serde::{Deserialize, Serialize};
 

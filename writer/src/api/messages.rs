@@ -4,12 +4,12 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
+use qim_runtime::http::ApiError;
 use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::message::{
     CommitKey, CommitRequest, Direction, HistoryQuery, MessageKind, MessageRecord, MAX_PAGE_ITEMS,
 };
 use qim_store::retention::RetentionClass;
-use qim_store::service::http::ApiError;
 use serde::{Deserialize, Serialize};
 
 use super::wire::{id, named, within};

@@ -25,7 +25,7 @@ use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use qim_store::service::http::{count_requests, operational_routes, require_bearer, ReadinessCheck};
+use qim_runtime::http::{count_requests, operational_routes, require_bearer, ReadinessCheck};
 use qim_store::{HistoryAuthorizer, MembershipStore, MessageStore};
 
 use crate::committer::DurableMessageCommitter;

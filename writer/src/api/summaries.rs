@@ -3,9 +3,9 @@
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::Json;
+use qim_runtime::http::ApiError;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::message::ReadPosition;
-use qim_store::service::http::ApiError;
 use serde::{Deserialize, Serialize};
 
 use super::wire::{id, within};

@@ -1,7 +1,7 @@
 //! Parsing of the API's wire values: ids, enums, numbers. Every failure names the field.
 
+use qim_runtime::http::ApiError;
 use qim_store::ids::IdError;
-use qim_store::service::http::ApiError;
 
 /// Parses a 32-hex-digit id of type `T`, naming `field` on failure.
 pub fn id<T>(field: &str, text: &str, parse: fn(&str) -> Result<T, IdError>) -> Result<T, ApiError> {

@@ -260,7 +260,7 @@ async fn measure_in(kind: &str, w: &World, args: &Args) -> anyhow::Result<serde_
         log: "warn".to_owned(),
         startup_timeout: std::time::Duration::from_secs(30),
     };
-    let metrics = qim_store::service::telemetry::install_metrics();
+    let metrics = qim_runtime::telemetry::install_metrics();
     let scylla = stores.scylla.clone();
     let probe = Arc::clone(&stores.mailbox);
     let shutdown = CancellationToken::new();

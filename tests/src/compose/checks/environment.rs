@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use qim_store::env::find;
+use qim_runtime::env::find;
 
 use crate::compose::deployment::{OURS, PROFILES};
 use crate::compose::service::environment;

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use qim_store::env::EnvVar;
+use qim_runtime::env::EnvVar;
 
 use crate::compose::deployment::OURS;
 use crate::compose::project::words;

@@ -16,7 +16,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::error::{ErrorKind, StoreError};
+use qim_store::error::{ErrorKind, StoreError};
 
 /// An API failure: a status and a stable code clients can match.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,19 +1,24 @@
-//! The plumbing every qim service shares (feature `service`), so the writer, the archiver and
-//! the mailbox dispatcher behave the same for operators:
+//! qim-runtime: the plumbing every qim service shares, so the writer, the archiver and the
+//! mailbox dispatcher behave the same for operators:
 //!
+//! - [`env`]: the documented `QIM_*` environment contract;
 //! - [`cli`]: the command line (clap): the shared admin subcommands and `--help` listing every
 //!   variable;
+//! - [`admin`]: what the admin subcommands do (`check-config`, `migrate`);
+//! - [`settings`]: typed reads of the validated `QIM_*` environment;
 //! - [`telemetry`]: logs (`QIM_LOG` filter) and the Prometheus recorder behind `/metrics`;
 //! - [`events`]: what a service reports, one type per event emitting its log line and metrics;
 //! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
 //! - [`shutdown`]: SIGTERM/SIGINT → a cancellation token;
-//! - [`settings`]: typed reads of the validated `QIM_*` environment;
-//! - [`kafka`]: what every service asks the Kafka cluster the same way (a topic's partitions);
+//! - [`kafka`]: the producer and group-consumer configuration, the dead-letter format and the
+//!   metadata probe every service uses the same way;
 //! - [`startup`]: start-up steps that retry their servers with backoff until a deadline;
 //! - [`retry`]: the pauses between attempts of a step after start-up (backoff with jitter,
 //!   interrupted by a cancellation token).
 
+pub mod admin;
 pub mod cli;
+pub mod env;
 pub mod events;
 pub mod http;
 pub mod kafka;

@@ -4,6 +4,8 @@
 //! configuration section and the compose stack are checked against these tables by tests, so the
 //! code, the documentation and the deployment can not drift apart.
 
+use qim_store::scylla::config as scylla;
+
 /// One documented environment variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnvVar {
@@ -50,31 +52,31 @@ pub const STORE_ENV: &[EnvVar] = &[
     },
     EnvVar {
         name: "QIM_SCYLLA_HOSTS",
-        default: Some("127.0.0.1:9042"),
+        default: Some(scylla::DEFAULT_HOSTS),
         doc: "Comma-separated ScyllaDB/Cassandra contact points.",
         range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_KEYSPACE",
-        default: Some("qim"),
+        default: Some(scylla::DEFAULT_KEYSPACE),
         doc: "Keyspace; letters, digits and `_`, at most 48 characters, not starting with `_`.",
         range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_DC",
-        default: Some("datacenter1"),
+        default: Some(scylla::DEFAULT_DC),
         doc: "Local data centre: replication and LOCAL_* consistency refer to it.",
         range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_RF",
-        default: Some("3"),
+        default: Some(scylla::DEFAULT_RF),
         doc: "Replication factor in the local DC; production refuses less than 3.",
         range: None,
     },
     EnvVar {
         name: "QIM_SCYLLA_DEV_SINGLE_NODE",
-        default: Some("false"),
+        default: Some(scylla::DEFAULT_DEV_SINGLE_NODE),
         doc: "`true` allows `QIM_SCYLLA_RF` 1 or 2 on a single-node development cluster; never in production.",
         range: None,
     },
@@ -157,7 +159,7 @@ pub const WRITER_ENV: &[EnvVar] = &[
         name: "QIM_MAX_BODY_BYTES",
         default: Some("65536"),
         doc: "Largest accepted message body; larger requests get 413.",
-        range: Some((1, crate::message::MAX_PAYLOAD_BYTES as u64)),
+        range: Some((1, qim_store::message::MAX_PAYLOAD_BYTES as u64)),
     },
     EnvVar {
         name: "QIM_MAX_IN_FLIGHT_COMMITS",

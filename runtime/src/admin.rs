@@ -10,9 +10,9 @@
 use std::net::SocketAddr;
 
 use crate::env::{find, EnvVar, ALL_SERVICES};
-use crate::mailbox::MailboxRetention;
-use crate::retention::RetentionPolicy;
-use crate::scylla::{migrate, open_session, readiness, ScyllaConfig};
+use qim_store::mailbox::MailboxRetention;
+use qim_store::retention::RetentionPolicy;
+use qim_store::scylla::{migrate, open_session, readiness, ScyllaConfig};
 
 /// Variables whose values are never printed.
 const SECRETS: &[&str] = &["QIM_API_TOKEN"];
@@ -54,7 +54,7 @@ fn check_value(var: &EnvVar, value: &str) -> Result<(), String> {
             Err(_) => Err("must be a whole number of days".to_owned()),
         },
         "QIM_REDIS_NAMESPACE" => {
-            crate::redis::RedisConfig { url: String::new(), namespace: value.to_owned() }.validate()
+            qim_store::redis::RedisConfig { url: String::new(), namespace: value.to_owned() }.validate()
         }
         name if name.ends_with("_HTTP_ADDR") => {
             value.parse::<SocketAddr>().map(|_| ()).map_err(|_| "must be an address like 127.0.0.1:8080".to_owned())

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 
-use crate::error::StoreError;
+use qim_store::error::StoreError;
 
 /// A server that did not answer (Kafka, say: its client reports strings): a transient failure.
 #[derive(Debug, thiserror::Error)]
@@ -84,20 +84,20 @@ impl Startup {
 /// not answer), then the schema (an unmigrated keyspace is a permanent refusal naming
 /// `migrate_command`), then the prepared statements.
 pub async fn open_scylla_messages(
-    config: &crate::scylla::ScyllaConfig,
-    policy: crate::retention::RetentionPolicy,
-    clock: std::sync::Arc<dyn crate::clock::Clock>,
+    config: &qim_store::scylla::ScyllaConfig,
+    policy: qim_store::retention::RetentionPolicy,
+    clock: std::sync::Arc<dyn qim_store::clock::Clock>,
     migrate_command: &str,
-) -> anyhow::Result<crate::scylla::ScyllaMessageStore> {
+) -> anyhow::Result<qim_store::scylla::ScyllaMessageStore> {
     use anyhow::Context;
     let hosts = config.hosts.join(",");
     let session =
-        crate::scylla::open_session(config).await.with_context(|| format!("connecting to scylla at {hosts}"))?;
-    let schema = crate::scylla::readiness(&session, config).await.context("reading the scylla schema")?;
+        qim_store::scylla::open_session(config).await.with_context(|| format!("connecting to scylla at {hosts}"))?;
+    let schema = qim_store::scylla::readiness(&session, config).await.context("reading the scylla schema")?;
     if !schema.is_ready() {
         anyhow::bail!("scylla keyspace {} is not ready: {schema:?}; run `{migrate_command}`", config.keyspace);
     }
-    crate::scylla::ScyllaMessageStore::with_session(session, config, policy, clock)
+    qim_store::scylla::ScyllaMessageStore::with_session(session, config, policy, clock)
         .await
         .with_context(|| format!("preparing the statements of keyspace {}", config.keyspace))
 }
