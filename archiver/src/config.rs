@@ -1,16 +1,55 @@
-//! The archiver's documented configuration, and its validated, typed form.
+//! The archiver's variables (one clap group: the shared groups and [`ArchiverArgs`]), and its
+//! validated, typed configuration.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_runtime::env::{EnvVar, ARCHIVER_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
-use qim_runtime::settings::Settings;
+use clap::Args;
+use qim_runtime::env::{whole, ArchiverGroupArgs, CommonArgs, Environment, KafkaArgs, StoreArgs, StoreBackend, Whole};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
 
-/// Every variable the archiver reads, as documented in the README.
-pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, ARCHIVER_ENV];
+/// Every variable the archiver reads (`run` and `replay` alike).
+#[derive(Args, Clone, Debug)]
+pub struct ArchiverEnv {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    #[command(flatten)]
+    archiver_group: ArchiverGroupArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    archiver: ArchiverArgs,
+}
+
+/// The variables only the archiver reads.
+#[derive(Args, Clone, Debug)]
+pub struct ArchiverArgs {
+    /// Listen address of `/metrics`, `/healthz` and `/readyz`.
+    #[arg(long, verbatim_doc_comment, env = "QIM_ARCHIVER_HTTP_ADDR", default_value = "127.0.0.1:8081")]
+    archiver_http_addr: SocketAddr,
+    /// Dead-letter topic for records that can not be decoded or validated.
+    #[arg(long, verbatim_doc_comment, env = "QIM_DLQ_TOPIC", default_value = "qim.messages.dlq.v1")]
+    dlq_topic: String,
+    /// Most records one batch takes from all assigned partitions together.
+    #[arg(long, verbatim_doc_comment, env = "QIM_ARCHIVER_BATCH_RECORDS", default_value = "1000", value_parser = whole(1, 10_000))]
+    archiver_batch_records: Whole,
+    /// Milliseconds a batch waits for more records after its first.
+    #[arg(long, verbatim_doc_comment, env = "QIM_ARCHIVER_BATCH_WAIT_MILLIS", default_value = "20", value_parser = whole(1, 10_000))]
+    archiver_batch_wait_millis: Whole,
+    /// CQL writes in flight per partition batch.
+    #[arg(long, verbatim_doc_comment, env = "QIM_ARCHIVER_WRITE_CONCURRENCY", default_value = "128", value_parser = whole(1, 4096))]
+    archiver_write_concurrency: Whole,
+    /// A seq missing from both tiers counts as a hole (not a record still being written) once a later seq is this many seconds old.
+    #[arg(long, verbatim_doc_comment, env = "QIM_ARCHIVER_HOLE_GRACE_SECS", default_value = "600", value_parser = whole(1, 3600))]
+    archiver_hole_grace_secs: Whole,
+    /// Seconds between the archiver's trims of the hot tier's window up to the archived watermarks.
+    #[arg(long, verbatim_doc_comment, env = "QIM_ARCHIVER_TRIM_INTERVAL_SECS", default_value = "30", value_parser = whole(1, 3600))]
+    archiver_trim_interval_secs: Whole,
+}
 
 /// Batching and write limits of the consumer (and of `replay`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,49 +96,40 @@ pub struct ArchiverConfig {
     pub startup_timeout: Duration,
 }
 
-impl ArchiverConfig {
-    /// Validates and types `settings` (already checked against [`ENVIRONMENT`]).
-    pub fn from_settings(s: &Settings) -> Result<Self, String> {
-        let scylla = ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?;
-        let hot_tier = match s.required("QIM_STORE_BACKEND")? {
-            "redis" => {
-                let config = RedisConfig {
-                    url: s.required("QIM_REDIS_URL")?.to_owned(),
-                    namespace: s.required("QIM_REDIS_NAMESPACE")?.to_owned(),
-                };
-                config.validate().map_err(|e| format!("QIM_REDIS_NAMESPACE: {e}"))?;
-                Some(config)
-            }
-            "scylla" => None,
-            other => return Err(format!("QIM_STORE_BACKEND={other:?} must be `redis` or `scylla`")),
+impl Environment for ArchiverEnv {
+    type Config = ArchiverConfig;
+
+    fn config(&self) -> Result<ArchiverConfig, String> {
+        let hot_tier = match self.store.store_backend {
+            StoreBackend::Redis => Some(self.store.redis()),
+            StoreBackend::Scylla => None,
         };
-        let policy =
-            RetentionPolicy::from_env_value(s.get("QIM_DEFAULT_HISTORY_RETENTION_DAYS")).map_err(|e| e.to_string())?;
-        Ok(Self {
-            scylla,
+        let a = &self.archiver;
+        // The ranges of the `Whole`s fit the narrower types, so these casts never truncate.
+        Ok(ArchiverConfig {
+            scylla: self.store.scylla()?,
             hot_tier,
-            policy,
-            hot_window_days: s.whole("QIM_HOT_WINDOW_DAYS")? as u32,
-            kafka_brokers: s.required("QIM_KAFKA_BROKERS")?.to_owned(),
-            messages_topic: s.required("QIM_MESSAGES_TOPIC")?.to_owned(),
-            dlq_topic: s.required("QIM_DLQ_TOPIC")?.to_owned(),
-            group: s.required("QIM_ARCHIVER_GROUP")?.to_owned(),
+            policy: self.store.default_history_retention_days,
+            hot_window_days: self.store.hot_window_days.get() as u32,
+            kafka_brokers: self.kafka.kafka_brokers.clone(),
+            messages_topic: self.kafka.messages_topic.clone(),
+            dlq_topic: a.dlq_topic.clone(),
+            group: self.archiver_group.archiver_group.clone(),
             batch: BatchLimits {
-                max_records: s.whole("QIM_ARCHIVER_BATCH_RECORDS")? as usize,
-                max_wait: Duration::from_millis(s.whole("QIM_ARCHIVER_BATCH_WAIT_MILLIS")?),
-                write_concurrency: s.whole("QIM_ARCHIVER_WRITE_CONCURRENCY")? as usize,
+                max_records: a.archiver_batch_records.get() as usize,
+                max_wait: a.archiver_batch_wait_millis.millis(),
+                write_concurrency: a.archiver_write_concurrency.get() as usize,
             },
-            hole_grace: s.seconds("QIM_ARCHIVER_HOLE_GRACE_SECS")?,
-            trim_interval: s.seconds("QIM_ARCHIVER_TRIM_INTERVAL_SECS")?,
-            http_addr: s.parse("QIM_ARCHIVER_HTTP_ADDR")?,
-            log: s.required("QIM_LOG")?.to_owned(),
-            startup_timeout: s.startup_timeout()?,
+            hole_grace: a.archiver_hole_grace_secs.secs(),
+            trim_interval: a.archiver_trim_interval_secs.secs(),
+            http_addr: a.archiver_http_addr,
+            log: self.common.log.clone(),
+            startup_timeout: self.common.startup_timeout_secs.secs(),
         })
     }
 
-    /// Reads and validates the process environment.
-    pub fn from_env() -> Result<Self, String> {
-        Self::from_settings(&Settings::from_process(ENVIRONMENT)?)
+    fn store(&self) -> &StoreArgs {
+        &self.store
     }
 }
 
@@ -111,8 +141,7 @@ mod tests {
 
     fn config(pairs: &[(&str, &str)]) -> Result<ArchiverConfig, String> {
         let env: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let settings = Settings::resolve(ENVIRONMENT, &|n| env.get(n).cloned(), env.keys().cloned())?;
-        ArchiverConfig::from_settings(&settings)
+        qim_runtime::env::resolve::<ArchiverEnv>(&|n| env.get(n).cloned(), env.keys().cloned())
     }
 
     #[test]

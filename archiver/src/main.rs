@@ -3,8 +3,10 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use qim_archiver::config::ArchiverEnv;
 use qim_archiver::replay::ReplayArgs;
 use qim_runtime::cli::{self, AdminCommand};
+use qim_runtime::env::Environment;
 
 /// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
 #[global_allocator]
@@ -16,28 +18,41 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "qim-archiver", version)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Consume qim.messages.v1 into the archive (the default).
-    Run,
+    Run(Box<ArchiverEnv>),
     /// Re-apply the topic from a starting point into the archive (idempotent), raising the seq
     /// high-water marks, then exit.
-    Replay(ReplayArgs),
+    Replay {
+        #[command(flatten)]
+        args: ReplayArgs,
+        #[command(flatten)]
+        env: Box<ArchiverEnv>,
+    },
     #[command(flatten)]
     Admin(AdminCommand),
 }
 
+async fn run(env: &ArchiverEnv) -> anyhow::Result<()> {
+    qim_archiver::serve::main(env.config().map_err(anyhow::Error::msg)?).await
+}
+
+async fn replay(args: &ReplayArgs, env: &ArchiverEnv) -> anyhow::Result<()> {
+    qim_archiver::replay::main(args, env.config().map_err(anyhow::Error::msg)?).await
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli: Cli = cli::parse(qim_archiver::config::ENVIRONMENT);
+    let cli: Cli = cli::parse::<Cli, ArchiverEnv>("run");
     // Failpoints (`FAILPOINTS=archiver::after_archive=sleep(30000)`) are live only in test builds.
     let _failpoints = fail::FailScenario::setup();
-    match cli.command.unwrap_or(Command::Run) {
-        Command::Run => cli::report(qim_archiver::serve::main().await),
-        Command::Replay(args) => cli::report(qim_archiver::replay::main(&args).await),
-        Command::Admin(admin) => cli::run_admin(qim_archiver::config::ENVIRONMENT, &admin).await,
+    match cli.command {
+        Command::Run(env) => cli::report(run(&env).await),
+        Command::Replay { args, env } => cli::report(replay(&args, &env).await),
+        Command::Admin(admin) => cli::run_admin::<ArchiverEnv>(&admin).await,
     }
 }

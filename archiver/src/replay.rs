@@ -226,10 +226,9 @@ pub async fn replay(
     Ok(summary)
 }
 
-/// The `replay` subcommand: config → logs → replay with a progress line → final count.
-pub async fn main(args: &ReplayArgs) -> anyhow::Result<()> {
+/// The `replay` subcommand: logs → replay with a progress line → final count.
+pub async fn main(args: &ReplayArgs, config: ArchiverConfig) -> anyhow::Result<()> {
     let start = args.start();
-    let config = ArchiverConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
     qim_runtime::telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
     qim_runtime::shutdown::cancel_on_signal(shutdown.clone());

@@ -158,9 +158,8 @@ fn readiness(archive: ScyllaMessageStore, health: Arc<Health>) -> ReadinessCheck
     })
 }
 
-/// `run`: config → logs → components → run until a signal.
-pub async fn main() -> anyhow::Result<()> {
-    let config = ArchiverConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
+/// `run`: logs → components → run until a signal.
+pub async fn main(config: ArchiverConfig) -> anyhow::Result<()> {
     telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
     qim_runtime::shutdown::cancel_on_signal(shutdown.clone());

@@ -1,19 +1,65 @@
-//! The mailbox dispatcher's documented configuration, and its validated, typed form.
-//!
-//! Everything is read and checked before anything connects (see
-//! [`qim_runtime::settings::Settings`]); a bad value names its variable.
+//! The mailbox dispatcher's variables (one clap group: the shared groups and
+//! [`DispatcherArgs`]), and its validated, typed configuration; a bad value names its variable.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_runtime::env::{EnvVar, DISPATCHER_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV};
-use qim_runtime::settings::Settings;
+use clap::Args;
+use qim_runtime::env::groups::mailbox_retention;
+use qim_runtime::env::{whole, ApiArgs, CommonArgs, Environment, KafkaArgs, StoreArgs, StoreBackend, Whole};
 use qim_store::mailbox::{MailboxRetention, ShardEpoch};
 use qim_store::redis::RedisConfig;
 use qim_store::scylla::ScyllaConfig;
 
-/// Every variable the mailbox dispatcher reads, as documented in the README.
-pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, HTTP_ENV, DISPATCHER_ENV];
+/// Every variable the mailbox dispatcher reads.
+#[derive(Args, Clone, Debug)]
+pub struct DispatcherEnv {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    #[command(flatten)]
+    api: ApiArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    dispatcher: DispatcherArgs,
+}
+
+/// The variables only the mailbox dispatcher reads.
+#[derive(Args, Clone, Debug)]
+pub struct DispatcherArgs {
+    /// Listen address of the mailbox read API and `/metrics`.
+    #[arg(long, verbatim_doc_comment, env = "QIM_DISPATCHER_HTTP_ADDR", default_value = "127.0.0.1:8082")]
+    dispatcher_http_addr: SocketAddr,
+    /// Mailbox shards = partitions of the dispatch topic; 64 lanes per shard, fixed.
+    #[arg(long, verbatim_doc_comment, env = "QIM_MAILBOX_SHARDS", default_value = "8", value_parser = whole(1, 1024))]
+    mailbox_shards: Whole,
+    /// Per-shard dispatch records, partition = shard.
+    #[arg(long, verbatim_doc_comment, env = "QIM_DISPATCH_TOPIC", default_value = "qim.mailbox.dispatch.v1")]
+    dispatch_topic: String,
+    /// Days a mailbox entry lives (1..=30, to the end of that UTC day); older cursors get 410.
+    #[arg(long, verbatim_doc_comment, env = "QIM_MAILBOX_RETENTION_DAYS", default_value = "30", value_parser = mailbox_retention)]
+    mailbox_retention_days: MailboxRetention,
+    /// Kafka consumer group prefix: the router joins `<group>.router`, shard workers `<group>.shards`.
+    #[arg(long, verbatim_doc_comment, env = "QIM_DISPATCHER_GROUP", default_value = "qim-mailbox-dispatcher")]
+    dispatcher_group: String,
+    /// Dead-letter topic for messages and dispatch records the dispatcher refuses (undecodable, conflicting).
+    #[arg(long, verbatim_doc_comment, env = "QIM_DISPATCHER_DLQ_TOPIC", default_value = "qim.mailbox.dlq.v1")]
+    dispatcher_dlq_topic: String,
+    /// Shard epoch of mailbox seqs; raise it only when the dispatch topic restarts its offsets.
+    #[arg(long, verbatim_doc_comment, env = "QIM_MAILBOX_EPOCH", default_value = "0", value_parser = whole(0, u16::MAX as u64))]
+    mailbox_epoch: Whole,
+    /// Chunk batches (of up to 256 entries: one large chunk, or the small chunks of a lane taken together) one shard writes at once.
+    #[arg(long, verbatim_doc_comment, env = "QIM_DISPATCH_CHUNKS_IN_FLIGHT", default_value = "32", value_parser = whole(1, 1024))]
+    dispatch_chunks_in_flight: Whole,
+    /// Milliseconds between lane watermark advances: entries become readable up to this much after they are written; longer pages cost the store fewer reads.
+    #[arg(long, verbatim_doc_comment, env = "QIM_DISPATCH_ADVANCE_MILLIS", default_value = "250", value_parser = whole(10, 10_000))]
+    dispatch_advance_millis: Whole,
+    /// Hours a completed dispatch is remembered after it was last seen; duplicates later than that are renumbered.
+    #[arg(long, verbatim_doc_comment, env = "QIM_DISPATCH_KEEP_HOURS", default_value = "24", value_parser = whole(1, 336))]
+    dispatch_keep_hours: Whole,
+}
 
 /// Where mailbox state (and membership) lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,53 +141,40 @@ pub struct DispatcherConfig {
     pub startup_timeout: Duration,
 }
 
-impl DispatcherConfig {
-    /// Validates and types `s` (already checked against [`ENVIRONMENT`]).
-    pub fn from_settings(s: &Settings) -> Result<Self, String> {
-        let backend = match s.required("QIM_STORE_BACKEND")? {
-            "redis" => {
-                let redis = RedisConfig {
-                    url: s.required("QIM_REDIS_URL")?.to_owned(),
-                    namespace: s.required("QIM_REDIS_NAMESPACE")?.to_owned(),
-                };
-                redis.validate().map_err(|e| format!("QIM_REDIS_NAMESPACE: {e}"))?;
-                let members = ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?;
-                Backend::Redis { redis, members }
-            }
-            "scylla" => Backend::Scylla(ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?),
-            other => return Err(format!("QIM_STORE_BACKEND={other:?} must be `redis` or `scylla`")),
+impl Environment for DispatcherEnv {
+    type Config = DispatcherConfig;
+
+    fn config(&self) -> Result<DispatcherConfig, String> {
+        let backend = match self.store.store_backend {
+            StoreBackend::Redis => Backend::Redis { redis: self.store.redis(), members: self.store.scylla()? },
+            StoreBackend::Scylla => Backend::Scylla(self.store.scylla()?),
         };
-        // Ranges come from the ENVIRONMENT table, so these casts never truncate.
-        let shards = s.whole("QIM_MAILBOX_SHARDS")? as u16;
-        let retention = MailboxRetention::days(s.parse("QIM_MAILBOX_RETENTION_DAYS")?)?;
-        let chunks_in_flight = s.whole("QIM_DISPATCH_CHUNKS_IN_FLIGHT")? as usize;
-        let keep_hours = s.whole("QIM_DISPATCH_KEEP_HOURS")?;
-        let advance_millis = s.whole("QIM_DISPATCH_ADVANCE_MILLIS")?;
-        Ok(Self {
+        let d = &self.dispatcher;
+        // The ranges of the `Whole`s fit the narrower types, so these casts never truncate.
+        Ok(DispatcherConfig {
             backend,
             kafka: KafkaConfig {
-                brokers: s.required("QIM_KAFKA_BROKERS")?.to_owned(),
-                messages_topic: s.required("QIM_MESSAGES_TOPIC")?.to_owned(),
-                dispatch_topic: s.required("QIM_DISPATCH_TOPIC")?.to_owned(),
-                dlq_topic: s.required("QIM_DISPATCHER_DLQ_TOPIC")?.to_owned(),
-                group: s.required("QIM_DISPATCHER_GROUP")?.to_owned(),
+                brokers: self.kafka.kafka_brokers.clone(),
+                messages_topic: self.kafka.messages_topic.clone(),
+                dispatch_topic: d.dispatch_topic.clone(),
+                dlq_topic: d.dispatcher_dlq_topic.clone(),
+                group: d.dispatcher_group.clone(),
             },
-            shards,
-            epoch: ShardEpoch(s.whole("QIM_MAILBOX_EPOCH")? as u16),
-            retention,
-            chunks_in_flight,
-            keep_dispatches: Duration::from_secs(keep_hours * 3600),
-            advance_every: Duration::from_millis(advance_millis),
-            http_addr: s.parse("QIM_DISPATCHER_HTTP_ADDR")?,
-            api_token: s.get("QIM_API_TOKEN").filter(|t| !t.is_empty()).map(str::to_owned),
-            log: s.required("QIM_LOG")?.to_owned(),
-            startup_timeout: s.startup_timeout()?,
+            shards: d.mailbox_shards.get() as u16,
+            epoch: ShardEpoch(d.mailbox_epoch.get() as u16),
+            retention: d.mailbox_retention_days,
+            chunks_in_flight: d.dispatch_chunks_in_flight.get() as usize,
+            keep_dispatches: Duration::from_secs(d.dispatch_keep_hours.get() * 3600),
+            advance_every: d.dispatch_advance_millis.millis(),
+            http_addr: d.dispatcher_http_addr,
+            api_token: self.api.token(),
+            log: self.common.log.clone(),
+            startup_timeout: self.common.startup_timeout_secs.secs(),
         })
     }
 
-    /// Reads and validates the process environment.
-    pub fn from_env() -> Result<Self, String> {
-        Self::from_settings(&Settings::from_process(ENVIRONMENT)?)
+    fn store(&self) -> &StoreArgs {
+        &self.store
     }
 }
 
@@ -153,8 +186,7 @@ mod tests {
 
     fn config(pairs: &[(&str, &str)]) -> Result<DispatcherConfig, String> {
         let env: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        let settings = Settings::resolve(ENVIRONMENT, &|n| env.get(n).cloned(), env.keys().cloned())?;
-        DispatcherConfig::from_settings(&settings)
+        qim_runtime::env::resolve::<DispatcherEnv>(&|n| env.get(n).cloned(), env.keys().cloned())
     }
 
     #[test]

@@ -3,7 +3,9 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use qim_mailbox_dispatcher::config::DispatcherEnv;
 use qim_runtime::cli::{self, AdminCommand};
+use qim_runtime::env::Environment;
 
 /// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
 #[global_allocator]
@@ -15,25 +17,29 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "qim-mailbox-dispatcher", version)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Route, fan out and serve mailboxes (the default).
-    Run,
+    Run(Box<DispatcherEnv>),
     #[command(flatten)]
     Admin(AdminCommand),
 }
 
+async fn run(env: &DispatcherEnv) -> anyhow::Result<()> {
+    qim_mailbox_dispatcher::serve::main(env.config().map_err(anyhow::Error::msg)?).await
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli: Cli = cli::parse(qim_mailbox_dispatcher::config::ENVIRONMENT);
+    let cli: Cli = cli::parse::<Cli, DispatcherEnv>("run");
     // Crash points (`FAILPOINTS=dispatcher::worker_after_begin=return(abort)`) are live only with
     // the `failpoints` feature (on in test builds of the workspace).
     let _failpoints = fail::FailScenario::setup();
-    match cli.command.unwrap_or(Command::Run) {
-        Command::Run => cli::report(qim_mailbox_dispatcher::serve::main().await),
-        Command::Admin(admin) => cli::run_admin(qim_mailbox_dispatcher::config::ENVIRONMENT, &admin).await,
+    match cli.command {
+        Command::Run(env) => cli::report(run(&env).await),
+        Command::Admin(admin) => cli::run_admin::<DispatcherEnv>(&admin).await,
     }
 }

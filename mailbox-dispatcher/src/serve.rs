@@ -149,9 +149,8 @@ fn readiness(store: ReadinessCheck, producer: AckedProducer, topic: String) -> R
     })
 }
 
-/// `run`: config → logs → components → run until a signal.
-pub async fn main() -> anyhow::Result<()> {
-    let config = DispatcherConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
+/// `run`: logs → components → run until a signal.
+pub async fn main(config: DispatcherConfig) -> anyhow::Result<()> {
     telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
     qim_runtime::shutdown::cancel_on_signal(shutdown.clone());

@@ -1,13 +1,19 @@
 //! The command line every qim service shares (clap): its main subcommand is the default, the
 //! administrative ones ([`AdminCommand`]) are the same in each binary, and `--help` lists every
 //! `QIM_*` variable the service reads with its default.
+//!
+//! A subcommand that reads the environment (one that flattens the service's [`Environment`])
+//! checks it as a whole before clap parses it, so a start reports every bad variable at once,
+//! as `check-config` does, instead of clap's first.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 
-use crate::admin::{check_environment, migrate_from};
-use crate::env::EnvVar;
+use crate::admin::migrate;
+use crate::env::describe::{env_args, environment_help, with_ranges};
+use crate::env::{check_process, Environment, Problem};
 
 /// The administrative subcommands of every service.
 #[derive(Clone, Debug, PartialEq, Eq, Subcommand)]
@@ -20,52 +26,65 @@ pub enum AdminCommand {
     Migrate,
 }
 
-/// The `--help` epilogue: every variable of `tables`, its default and what it controls.
-pub fn environment_help(tables: &[&[EnvVar]]) -> String {
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out = String::from("Environment (every variable this service reads):\n");
-    for var in tables.iter().flat_map(|t| t.iter()).filter(|v| seen.insert(v.name)) {
-        let default = var.default.map_or_else(|| "unset".to_owned(), |d| format!("{d:?}"));
-        out.push_str(&format!("  {} [default: {default}]\n      {}\n", var.name, var.describe()));
+fn exit_with(problems: Vec<Problem>) -> ! {
+    for p in problems {
+        eprintln!("error: {p}");
     }
-    out
+    std::process::exit(2)
 }
 
-/// Parses the process's arguments into `C`, whose `--help` ends with [`environment_help`] of
-/// `tables`; exits with clap's message (2 for a usage error) when they do not parse.
-pub fn parse<C: CommandFactory + FromArgMatches>(tables: &[&[EnvVar]]) -> C {
-    let matches = C::command().after_help(environment_help(tables)).get_matches();
+/// Parses the process's arguments into `C` (no subcommand: `default`), whose `--help` ends with
+/// the variables of `E`. A subcommand reading the environment exits 2 naming every problem
+/// with it; clap's usage errors exit 2 too.
+pub fn parse<C: CommandFactory + FromArgMatches, E: Environment>(default: &str) -> C {
+    let cmd = C::command().after_help(environment_help(&E::command())).mut_subcommands(with_ranges);
+    let mut argv: Vec<OsString> = std::env::args_os().collect();
+    if argv.len() == 1 {
+        argv.push(default.into());
+    }
+    let asks_help =
+        argv[1..].iter().any(|a| ["-h", "--help", "-V", "--version", "help"].contains(&&*a.to_string_lossy()));
+    let reads_env = cmd.find_subcommand(&*argv[1].to_string_lossy()).is_some_and(|sub| env_args(sub).next().is_some());
+    if reads_env && !asks_help {
+        if let Err(problems) = check_process::<E>() {
+            exit_with(problems);
+        }
+    }
+    let matches = cmd.get_matches_from(argv);
     C::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
-/// Runs `command` against the process environment, validated against `tables`.
-pub async fn run_admin(tables: &[&[EnvVar]], command: &AdminCommand) -> ExitCode {
-    let lookup = |name: &str| std::env::var(name).ok();
+/// Runs `command` against the process environment, checked as `E`.
+pub async fn run_admin<E: Environment>(command: &AdminCommand) -> ExitCode {
+    let resolved = match check_process::<E>() {
+        Ok(resolved) => resolved,
+        Err(problems) => exit_with(problems),
+    };
     match command {
-        AdminCommand::CheckConfig => match check_environment(tables, &lookup, std::env::vars().map(|(k, _)| k)) {
-            Ok(resolved) => {
-                for (name, value) in resolved {
-                    println!("{name}={value}");
+        AdminCommand::CheckConfig => {
+            for (name, value) in resolved {
+                println!("{name}={value}");
+            }
+            ExitCode::SUCCESS
+        }
+        AdminCommand::Migrate => {
+            let env = E::command().try_get_matches_from(["environment"]).and_then(|m| E::from_arg_matches(&m));
+            let scylla = env.map_err(|e| e.to_string()).and_then(|env| env.store().scylla());
+            let result = match scylla {
+                Ok(config) => migrate(&config).await,
+                Err(why) => Err(why),
+            };
+            match result {
+                Ok(summary) => {
+                    println!("{summary}");
+                    ExitCode::SUCCESS
                 }
-                ExitCode::SUCCESS
-            }
-            Err(problems) => {
-                for p in problems {
-                    eprintln!("error: {p}");
+                Err(why) => {
+                    eprintln!("error: {why}");
+                    ExitCode::FAILURE
                 }
-                ExitCode::from(2)
             }
-        },
-        AdminCommand::Migrate => match migrate_from(&lookup).await {
-            Ok(summary) => {
-                println!("{summary}");
-                ExitCode::SUCCESS
-            }
-            Err(why) => {
-                eprintln!("error: {why}");
-                ExitCode::FAILURE
-            }
-        },
+        }
     }
 }
 
@@ -78,20 +97,5 @@ pub fn report(result: anyhow::Result<()>) -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::env::{HTTP_ENV, STORE_ENV};
-
-    #[test]
-    fn the_help_lists_every_variable_once_with_its_default() {
-        let help = environment_help(&[STORE_ENV, HTTP_ENV, STORE_ENV]);
-        for var in STORE_ENV.iter().chain(HTTP_ENV) {
-            assert_eq!(help.matches(&format!("  {} [default:", var.name)).count(), 1, "{}", var.name);
-        }
-        assert!(help.contains("QIM_STORE_BACKEND [default: \"redis\"]"), "{help}");
     }
 }

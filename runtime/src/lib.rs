@@ -1,11 +1,10 @@
 //! qim-runtime: the plumbing every qim service shares, so the writer, the archiver and the
 //! mailbox dispatcher behave the same for operators:
 //!
-//! - [`env`]: the documented `QIM_*` environment contract;
+//! - [`env`]: the `QIM_*` environment contract: one clap group per service, checked as a whole;
 //! - [`cli`]: the command line (clap): the shared admin subcommands and `--help` listing every
 //!   variable;
-//! - [`admin`]: what the admin subcommands do (`check-config`, `migrate`);
-//! - [`settings`]: typed reads of the validated `QIM_*` environment;
+//! - [`admin`]: what `migrate` does;
 //! - [`telemetry`]: logs (`QIM_LOG` filter) and the Prometheus recorder behind `/metrics`;
 //! - [`events`]: what a service reports, one type per event emitting its log line and metrics;
 //! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
@@ -23,7 +22,6 @@ pub mod events;
 pub mod http;
 pub mod kafka;
 pub mod retry;
-pub mod settings;
 pub mod shutdown;
 pub mod startup;
 pub mod telemetry;

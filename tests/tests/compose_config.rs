@@ -9,7 +9,7 @@
 //!
 //! - each of our services is built from the one Dockerfile, from a target that exists and runs
 //!   that service's binary as a non-root user;
-//! - every variable a service is given is documented in that service's `ENVIRONMENT` table;
+//! - every variable a service is given is one its binary reads (its clap environment);
 //! - HTTP listen addresses are `0.0.0.0:<documented default port>`, published and
 //!   health-checked (`/healthz`) on that same port;
 //! - the Kafka, Redis and Scylla addresses name services of the file, enabled in the profile

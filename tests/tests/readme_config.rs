@@ -1,38 +1,42 @@
-//! Keeps the README's configuration table in step with the variables the services read.
+//! Keeps what is generated from the services' variable definitions (their clap environment
+//! commands) in step with them:
 //!
-//! The README's configuration table is generated from the services' `ENVIRONMENT` tables: each
-//! row is a variable's name, default, the services that read it, and its description with its
-//! legal range, in table order; a change to a definition fails this test until the README shows
-//! it (the failure prints the rows to paste).
+//! - the README's configuration table: each row is a variable's name, default, the services
+//!   that read it, and its help with its legal range, in definition order;
+//! - `runtime/src/env/known.rs`, every variable some service reads (what lets a service accept
+//!   a sibling's variable from a shared environment file).
+//!
+//! A change to a definition fails these tests until the generated text is updated: the failure
+//! prints it, and `QIM_BLESS=1` writes it in place.
 
 use std::collections::BTreeSet;
 
-use qim_runtime::env::EnvVar;
+use qim_runtime::env::{variables, Environment, Variable};
+use qim_tests::generated::{bless_or_compare, splice_lines};
 
-fn readme() -> String {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
-    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("can not read {path}: {e}"))
+const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+const KNOWN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../runtime/src/env/known.rs");
+
+/// Each service and its variables.
+fn services() -> Vec<(&'static str, Vec<Variable>)> {
+    vec![
+        ("writer", variables(&qim_writer::config::WriterEnv::command())),
+        ("archiver", variables(&qim_archiver::config::ArchiverEnv::command())),
+        ("dispatcher", variables(&qim_mailbox_dispatcher::config::DispatcherEnv::command())),
+    ]
 }
 
-fn documented() -> Vec<EnvVar> {
-    let tables = [
-        qim_writer::config::ENVIRONMENT,
-        qim_archiver::config::ENVIRONMENT,
-        qim_mailbox_dispatcher::config::ENVIRONMENT,
-    ];
+/// Every variable once, in definition order (the writer's first).
+fn documented() -> Vec<Variable> {
     let mut seen = BTreeSet::new();
-    tables.iter().flat_map(|t| t.iter()).flat_map(|t| t.iter()).copied().filter(|v| seen.insert(v.name)).collect()
+    services().into_iter().flat_map(|(_, vars)| vars).filter(|v| seen.insert(v.name.clone())).collect()
 }
 
 /// Who reads `name`: `all`, or the services among writer, archiver, dispatcher that do.
 fn readers(name: &str) -> String {
-    let services = [
-        ("writer", qim_writer::config::ENVIRONMENT),
-        ("archiver", qim_archiver::config::ENVIRONMENT),
-        ("dispatcher", qim_mailbox_dispatcher::config::ENVIRONMENT),
-    ];
+    let services = services();
     let reading: Vec<&str> =
-        services.iter().filter(|(_, env)| qim_runtime::env::find(env, name).is_some()).map(|(s, _)| *s).collect();
+        services.iter().filter(|(_, vars)| vars.iter().any(|v| v.name == name)).map(|(s, _)| *s).collect();
     if reading.len() == services.len() {
         "all".to_owned()
     } else {
@@ -40,29 +44,77 @@ fn readers(name: &str) -> String {
     }
 }
 
-/// The README row of `var`, generated from its definition: name, default, readers, and its
-/// description with the legal range ([`EnvVar::describe`]).
-fn row(var: &EnvVar) -> String {
-    let default = var.default.map_or_else(|| "(unset)".to_owned(), |d| format!("`{d}`"));
-    format!("| `{}` | {default} | {} | {} |", var.name, readers(var.name), var.describe())
+/// The README row of `var`: name, default, readers, and its help with the legal range.
+fn row(var: &Variable, readers: &str) -> String {
+    let default = var.default.as_ref().map_or_else(|| "(unset)".to_owned(), |d| format!("`{d}`"));
+    format!("| `{}` | {default} | {readers} | {} |", var.name, var.help)
 }
 
-/// The README's configuration rows: `| `QIM_...` | ... |` lines, as written.
-fn readme_rows(text: &str) -> Vec<String> {
-    text.lines().filter(|line| line.starts_with("| `QIM_")).map(str::to_owned).collect()
+/// Whether `line` is a row of the README's configuration table.
+fn is_row(line: &str) -> bool {
+    line.starts_with("| `QIM_")
 }
 
 #[test]
 fn readme_table_is_the_one_the_definitions_generate() {
-    let want: Vec<String> = documented().iter().map(row).collect();
-    let got = readme_rows(&readme());
-    assert!(got == want, "README configuration table is out of date; replace its rows with:\n{}", want.join("\n"));
+    let want: Vec<String> = documented().iter().map(|v| row(v, &readers(&v.name))).collect();
+    let readme = std::fs::read_to_string(README).unwrap_or_else(|e| panic!("can not read {README}: {e}"));
+    bless_or_compare(README, &readme, &splice_lines(&readme, is_row, &want), "the README configuration table");
 }
 
 #[test]
 fn the_row_parser_finds_rows_and_a_row_names_its_range() {
-    let rows = readme_rows("| `QIM_X` | `1` | all | doc |\n| not a row |\n");
-    assert_eq!(rows, vec!["| `QIM_X` | `1` | all | doc |".to_owned()]);
-    let var = EnvVar { name: "QIM_X", default: Some("5"), doc: "Seconds.", range: Some((1, 9)) };
-    assert!(row(&var).ends_with("| Seconds. A whole number in 1..=9. |"), "{}", row(&var));
+    let text = "a\n| `QIM_X` | `1` | all | doc |\n| `QIM_Y` | `2` | all | doc |\nb\n";
+    let spliced = splice_lines(text, is_row, &["| `QIM_Z` | z |".to_owned()]);
+    assert_eq!(spliced, "a\n| `QIM_Z` | z |\nb\n");
+    let vars = variables(&qim_writer::config::WriterEnv::command());
+    let hot = vars.iter().find(|v| v.name == "QIM_HOT_WINDOW_DAYS").expect("the writer reads the hot window");
+    assert!(row(hot, "all").ends_with(" once archived. A whole number in 1..=30. |"), "{}", row(hot, "all"));
+}
+
+#[test]
+fn the_sibling_list_is_the_one_the_definitions_generate() {
+    let names: BTreeSet<String> = documented().into_iter().map(|v| v.name).collect();
+    let known = std::fs::read_to_string(KNOWN).unwrap_or_else(|e| panic!("can not read {KNOWN}: {e}"));
+    let want: Vec<String> = names.iter().map(|n| format!("    \"{n}\",")).collect();
+    let is_entry = |line: &str| line.starts_with("    \"QIM_");
+    bless_or_compare(KNOWN, &known, &splice_lines(&known, is_entry, &want), "runtime/src/env/known.rs");
+}
+
+#[test]
+fn every_variable_is_prefixed_unique_per_service_and_defined_once() {
+    for (service, vars) in services() {
+        let mut names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(before, names.len(), "{service} reads a variable twice");
+        for v in &vars {
+            assert!(v.name.starts_with("QIM_") && !v.help.is_empty(), "{service}: {v:?}");
+        }
+    }
+    // A variable two services read is one definition (a shared group), so it reads the same.
+    let all: Vec<Variable> = services().into_iter().flat_map(|(_, vars)| vars).collect();
+    for v in &all {
+        let first = all.iter().find(|w| w.name == v.name).expect("itself");
+        assert_eq!(first, v, "{} is defined differently by two services", v.name);
+    }
+}
+
+#[test]
+fn every_duration_and_count_has_its_range_and_every_default_is_inside_it() {
+    // The retention days are checked by their domain types (`RetentionPolicy`,
+    // `MailboxRetention`), which own those bounds.
+    let by_domain = ["QIM_DEFAULT_HISTORY_RETENTION_DAYS", "QIM_MAILBOX_RETENTION_DAYS"];
+    let suffixes = ["_SECS", "_MILLIS", "_HOURS", "_DAYS", "_BYTES", "_RECORDS", "_CONCURRENCY", "_BLOCK"];
+    for var in documented() {
+        let numeric = suffixes.iter().any(|suffix| var.name.ends_with(suffix));
+        if numeric && !by_domain.contains(&var.name.as_str()) {
+            assert!(var.range.is_some(), "{} has no range", var.name);
+        }
+        if let (Some((lo, hi)), Some(default)) = (var.range, &var.default) {
+            let n: u64 = default.parse().unwrap_or_else(|_| panic!("{} default {default:?}", var.name));
+            assert!((lo..=hi).contains(&n), "{} default {n} outside {lo}..={hi}", var.name);
+        }
+    }
 }

@@ -1,16 +1,57 @@
-//! The writer's documented configuration, and its validated, typed form.
+//! The writer's variables (one clap group: the shared groups and [`WriterArgs`]), and its
+//! validated, typed configuration.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use qim_runtime::env::{EnvVar, ARCHIVER_GROUP_ENV, HTTP_ENV, KAFKA_ENV, STORE_ENV, WRITER_ENV};
-use qim_runtime::settings::Settings;
+use clap::Args;
+use qim_runtime::env::{
+    whole, ApiArgs, ArchiverGroupArgs, CommonArgs, Environment, KafkaArgs, StoreArgs, StoreBackend, Whole,
+};
+use qim_store::message::MAX_PAYLOAD_BYTES;
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
 
-/// Every variable the writer reads, as documented in the README.
-pub const ENVIRONMENT: &[&[EnvVar]] = &[STORE_ENV, KAFKA_ENV, ARCHIVER_GROUP_ENV, HTTP_ENV, WRITER_ENV];
+/// Every variable the writer reads.
+#[derive(Args, Clone, Debug)]
+pub struct WriterEnv {
+    #[command(flatten)]
+    store: StoreArgs,
+    #[command(flatten)]
+    kafka: KafkaArgs,
+    #[command(flatten)]
+    archiver_group: ArchiverGroupArgs,
+    #[command(flatten)]
+    api: ApiArgs,
+    #[command(flatten)]
+    common: CommonArgs,
+    #[command(flatten)]
+    writer: WriterArgs,
+}
+
+/// The variables only the writer reads.
+#[derive(Args, Clone, Debug)]
+pub struct WriterArgs {
+    /// Listen address of the writer's HTTP API and `/metrics`.
+    #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_HTTP_ADDR", default_value = "127.0.0.1:8080")]
+    writer_http_addr: SocketAddr,
+    /// Largest accepted message body; larger requests get 413.
+    #[arg(long, verbatim_doc_comment, env = "QIM_MAX_BODY_BYTES", default_value = "65536", value_parser = whole(1, MAX_PAYLOAD_BYTES as u64))]
+    max_body_bytes: Whole,
+    /// Commits in flight at once; further sends wait.
+    #[arg(long, verbatim_doc_comment, env = "QIM_MAX_IN_FLIGHT_COMMITS", default_value = "1024", value_parser = whole(1, 1_000_000))]
+    max_in_flight_commits: Whole,
+    /// The recovery loop drives commits left unfinished for longer than this many seconds.
+    #[arg(long, verbatim_doc_comment, env = "QIM_RECOVERY_GRACE_SECS", default_value = "30", value_parser = whole(1, 3600))]
+    recovery_grace_secs: Whole,
+    /// Seconds between the writer's recovery scans for unfinished commits.
+    #[arg(long, verbatim_doc_comment, env = "QIM_RECOVERY_INTERVAL_SECS", default_value = "5", value_parser = whole(1, 3600))]
+    recovery_interval_secs: Whole,
+    /// Seqs one durable lease covers: after a Redis loss a conversation skips at most this many; the durable high-water mark is raised once per this many sends.
+    #[arg(long, verbatim_doc_comment, env = "QIM_SEQ_LEASE_BLOCK", default_value = "64", value_parser = whole(2, 1_000_000))]
+    seq_lease_block: Whole,
+}
 
 /// Where the writer keeps commit state and history.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,46 +113,36 @@ pub struct WriterConfig {
     pub startup_timeout: Duration,
 }
 
-impl WriterConfig {
-    /// Validates and types `settings` (already checked against [`ENVIRONMENT`]).
-    pub fn from_settings(s: &Settings) -> Result<Self, String> {
-        let backend = match s.required("QIM_STORE_BACKEND")? {
-            "redis" => Backend::Redis {
-                redis: RedisConfig {
-                    url: s.required("QIM_REDIS_URL")?.to_owned(),
-                    namespace: s.required("QIM_REDIS_NAMESPACE")?.to_owned(),
-                },
-                archive: ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?,
-            },
-            "scylla" => Backend::Scylla(ScyllaConfig::production_from(s.lookup()).map_err(|e| e.to_string())?),
-            other => return Err(format!("QIM_STORE_BACKEND={other:?} must be `redis` or `scylla`")),
+impl Environment for WriterEnv {
+    type Config = WriterConfig;
+
+    fn config(&self) -> Result<WriterConfig, String> {
+        let backend = match self.store.store_backend {
+            StoreBackend::Redis => Backend::Redis { redis: self.store.redis(), archive: self.store.scylla()? },
+            StoreBackend::Scylla => Backend::Scylla(self.store.scylla()?),
         };
-        if let Backend::Redis { redis, .. } = &backend {
-            redis.validate().map_err(|e| format!("QIM_REDIS_NAMESPACE: {e}"))?;
-        }
-        let policy =
-            RetentionPolicy::from_env_value(s.get("QIM_DEFAULT_HISTORY_RETENTION_DAYS")).map_err(|e| e.to_string())?;
-        Ok(Self {
+        let w = &self.writer;
+        // The ranges of the `Whole`s fit the narrower types, so these casts never truncate.
+        Ok(WriterConfig {
             backend,
-            kafka_brokers: s.required("QIM_KAFKA_BROKERS")?.to_owned(),
-            messages_topic: s.required("QIM_MESSAGES_TOPIC")?.to_owned(),
-            archiver_group: s.required("QIM_ARCHIVER_GROUP")?.to_owned(),
-            seq_lease_block: s.whole("QIM_SEQ_LEASE_BLOCK")?,
-            policy,
-            hot_window_days: s.whole("QIM_HOT_WINDOW_DAYS")? as u32,
-            http_addr: s.parse("QIM_WRITER_HTTP_ADDR")?,
-            max_body_bytes: s.whole("QIM_MAX_BODY_BYTES")? as usize,
-            max_in_flight: s.whole("QIM_MAX_IN_FLIGHT_COMMITS")? as usize,
-            recovery_grace: s.seconds("QIM_RECOVERY_GRACE_SECS")?,
-            recovery_interval: s.seconds("QIM_RECOVERY_INTERVAL_SECS")?,
-            api_token: s.get("QIM_API_TOKEN").filter(|t| !t.is_empty()).map(str::to_owned),
-            log: s.required("QIM_LOG")?.to_owned(),
-            startup_timeout: s.startup_timeout()?,
+            kafka_brokers: self.kafka.kafka_brokers.clone(),
+            messages_topic: self.kafka.messages_topic.clone(),
+            archiver_group: self.archiver_group.archiver_group.clone(),
+            seq_lease_block: w.seq_lease_block.get(),
+            policy: self.store.default_history_retention_days,
+            hot_window_days: self.store.hot_window_days.get() as u32,
+            http_addr: w.writer_http_addr,
+            max_body_bytes: w.max_body_bytes.get() as usize,
+            max_in_flight: w.max_in_flight_commits.get() as usize,
+            recovery_grace: w.recovery_grace_secs.secs(),
+            recovery_interval: w.recovery_interval_secs.secs(),
+            api_token: self.api.token(),
+            log: self.common.log.clone(),
+            startup_timeout: self.common.startup_timeout_secs.secs(),
         })
     }
 
-    /// Reads and validates the process environment.
-    pub fn from_env() -> Result<Self, String> {
-        Self::from_settings(&Settings::from_process(ENVIRONMENT)?)
+    fn store(&self) -> &StoreArgs {
+        &self.store
     }
 }

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use qim_runtime::cli::{self, AdminCommand};
+use qim_runtime::env::Environment;
+use qim_writer::config::WriterEnv;
 
 /// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
 #[global_allocator]
@@ -14,24 +16,28 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "qim-writer", version)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API (the default).
-    Serve,
+    Serve(Box<WriterEnv>),
     #[command(flatten)]
     Admin(AdminCommand),
 }
 
+async fn serve(env: &WriterEnv) -> anyhow::Result<()> {
+    qim_writer::serve::main(env.config().map_err(anyhow::Error::msg)?).await
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli: Cli = cli::parse(qim_writer::config::ENVIRONMENT);
+    let cli: Cli = cli::parse::<Cli, WriterEnv>("serve");
     // Failpoints (`FAILPOINTS=writer::after_record=return(abort)`) are live only in test builds.
     let _failpoints = fail::FailScenario::setup();
-    match cli.command.unwrap_or(Command::Serve) {
-        Command::Serve => cli::report(qim_writer::serve::main().await),
-        Command::Admin(admin) => cli::run_admin(qim_writer::config::ENVIRONMENT, &admin).await,
+    match cli.command {
+        Command::Serve(env) => cli::report(serve(&env).await),
+        Command::Admin(admin) => cli::run_admin::<WriterEnv>(&admin).await,
     }
 }

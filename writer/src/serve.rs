@@ -121,9 +121,8 @@ fn readiness(store: ReadinessCheck, publisher: Arc<KafkaPublisher>) -> Readiness
     })
 }
 
-/// `serve`: config → logs → components → run until a signal.
-pub async fn main() -> anyhow::Result<()> {
-    let config = WriterConfig::from_env().map_err(anyhow::Error::msg).context("invalid configuration")?;
+/// `serve`: logs → components → run until a signal.
+pub async fn main(config: WriterConfig) -> anyhow::Result<()> {
     telemetry::init_logs(&config.log).map_err(anyhow::Error::msg)?;
     let shutdown = CancellationToken::new();
     qim_runtime::shutdown::cancel_on_signal(shutdown.clone());

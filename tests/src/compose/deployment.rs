@@ -3,7 +3,7 @@
 //! supporting services the checks look for. The checks in [`super::checks`] compare
 //! `docker-compose.yml` against these tables.
 
-use qim_runtime::env::EnvVar;
+use qim_runtime::env::{variables, Environment, Variable};
 
 /// One of our services in the compose file.
 pub struct Ours {
@@ -13,10 +13,22 @@ pub struct Ours {
     pub target: &'static str,
     /// The binary that target runs; also its cargo package name.
     pub binary: &'static str,
-    /// The binary's documented environment.
-    pub env: &'static [&'static [EnvVar]],
+    /// The command of the binary's environment.
+    pub env: fn() -> clap::Command,
     /// `false` for the one-shot migration, which serves no HTTP and must not restart.
     pub long_running: bool,
+}
+
+impl Ours {
+    /// The variables the binary reads, in declaration order.
+    pub fn variables(&self) -> Vec<Variable> {
+        variables(&(self.env)())
+    }
+
+    /// Whether the binary reads `name`.
+    pub fn reads(&self, name: &str) -> bool {
+        self.variables().iter().any(|v| v.name == name)
+    }
 }
 
 /// Our services, the writer first.
@@ -25,28 +37,28 @@ pub const OURS: &[Ours] = &[
         service: "writer",
         target: "writer",
         binary: "qim-writer",
-        env: qim_writer::config::ENVIRONMENT,
+        env: qim_writer::config::WriterEnv::command,
         long_running: true,
     },
     Ours {
         service: "archiver",
         target: "archiver",
         binary: "qim-archiver",
-        env: qim_archiver::config::ENVIRONMENT,
+        env: qim_archiver::config::ArchiverEnv::command,
         long_running: true,
     },
     Ours {
         service: "mailbox-dispatcher",
         target: "mailbox-dispatcher",
         binary: "qim-mailbox-dispatcher",
-        env: qim_mailbox_dispatcher::config::ENVIRONMENT,
+        env: qim_mailbox_dispatcher::config::DispatcherEnv::command,
         long_running: true,
     },
     Ours {
         service: "migrate",
         target: "writer",
         binary: "qim-writer",
-        env: qim_writer::config::ENVIRONMENT,
+        env: qim_writer::config::WriterEnv::command,
         long_running: false,
     },
 ];

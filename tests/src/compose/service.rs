@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use qim_runtime::env::{find, EnvVar};
+use qim_runtime::env::Variable;
 use serde_json::Value;
 
 use super::project::{scalar, scalar_at, Project};
@@ -29,9 +29,9 @@ pub fn environment(service: &Value) -> Result<BTreeMap<String, String>, String> 
 }
 
 /// The value of variable `name` as the service sees it: set in `env` (its compose
-/// environment), else the default documented in `tables`, else `None`.
-pub fn effective(env: &BTreeMap<String, String>, tables: &[&[EnvVar]], name: &str) -> Option<String> {
-    env.get(name).cloned().or_else(|| find(tables, name).and_then(|v| v.default.map(str::to_owned)))
+/// environment), else the default of its definition in `vars`, else `None`.
+pub fn effective(env: &BTreeMap<String, String>, vars: &[Variable], name: &str) -> Option<String> {
+    env.get(name).cloned().or_else(|| vars.iter().find(|v| v.name == name).and_then(|v| v.default.clone()))
 }
 
 /// The [`environment`] of service `service` in `project`. A broken one is pushed onto `problems`

@@ -22,7 +22,8 @@ pub fn check(compose: &Compose) -> Vec<String> {
             let Some(env) = env_of(project, ours.service, &mut problems) else {
                 continue;
             };
-            let value = |name: &str| effective(&env, ours.env, name).unwrap_or_default();
+            let vars = ours.variables();
+            let value = |name: &str| effective(&env, &vars, name).unwrap_or_default();
             let at = |what: &str| format!("{} [{}] {what}", ours.service, profile.name);
 
             for broker in value("QIM_KAFKA_BROKERS").split(',') {

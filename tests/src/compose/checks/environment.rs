@@ -1,8 +1,6 @@
-//! Every variable a service is given is documented in that service's `ENVIRONMENT` table.
+//! Every variable a service is given is one its binary reads (its clap environment).
 
 use std::collections::BTreeMap;
-
-use qim_runtime::env::find;
 
 use crate::compose::deployment::{OURS, PROFILES};
 use crate::compose::service::environment;
@@ -24,10 +22,10 @@ pub fn check(compose: &Compose) -> Vec<String> {
                 }
             };
             for (name, value) in &env {
-                if find(ours.env, name).is_none() {
+                if !ours.reads(name) {
                     problems.push(format!(
-                        "{}: {name} is not documented in {}'s ENVIRONMENT table \
-                         (document it in the service's config.rs first, or drop it)",
+                        "{}: {name} is not read by {} \
+                         (define it in the service's config.rs first, or drop it)",
                         ours.service, ours.binary
                     ));
                 }

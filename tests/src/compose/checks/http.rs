@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use qim_runtime::env::EnvVar;
+use qim_runtime::env::Variable;
 
 use crate::compose::deployment::OURS;
 use crate::compose::project::words;
@@ -20,8 +20,8 @@ pub fn check(compose: &Compose) -> Vec<String> {
         let Some(env) = env_of(every, ours.service, &mut problems) else {
             continue;
         };
-        let http: Vec<&EnvVar> =
-            ours.env.iter().flat_map(|t| t.iter()).filter(|v| v.name.ends_with("_HTTP_ADDR")).collect();
+        let vars = ours.variables();
+        let http: Vec<&Variable> = vars.iter().filter(|v| v.name.ends_with("_HTTP_ADDR")).collect();
         let [addr_var] = http.as_slice() else {
             problems.push(format!(
                 "{}: expected exactly one documented *_HTTP_ADDR variable, found {}",
@@ -38,7 +38,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
             }
         };
         if !ours.long_running {
-            if env.contains_key(addr_var.name) || !published.is_empty() {
+            if env.contains_key(&addr_var.name) || !published.is_empty() {
                 problems.push(format!(
                     "{}: a one-shot serves no HTTP; it sets {} or publishes ports",
                     ours.service, addr_var.name
@@ -46,12 +46,12 @@ pub fn check(compose: &Compose) -> Vec<String> {
             }
             continue;
         }
-        let Some(port) = addr_var.default.and_then(host_port).map(|(_, p)| p) else {
+        let Some(port) = addr_var.default.as_deref().and_then(host_port).map(|(_, p)| p) else {
             problems.push(format!("{}: has no host:port default", addr_var.name));
             continue;
         };
         let expected = format!("0.0.0.0:{port}");
-        match env.get(addr_var.name) {
+        match env.get(&addr_var.name) {
             Some(v) if *v == expected => {}
             other => problems.push(format!(
                 "{}: {} is {other:?}; inside a container it must be {expected} \

@@ -77,7 +77,7 @@ pub fn check(compose: &Compose) -> Vec<String> {
             }
         }
         let env = env_of(every, ours.service, &mut problems).unwrap_or_default();
-        let redis = effective(&env, ours.env, "QIM_REDIS_URL").and_then(|u| redis_host_port(&u));
+        let redis = effective(&env, &ours.variables(), "QIM_REDIS_URL").and_then(|u| redis_host_port(&u));
         // A Redis URL naming no service is reported by the backing-services check.
         if let Some((redis, _)) = redis.filter(|(host, _)| every.has(host)) {
             if !waits_for(&redis, "service_healthy") {

@@ -32,12 +32,13 @@ pub fn check(compose: &Compose) -> Vec<String> {
         let Some(env) = env_of(every, ours.service, &mut problems) else {
             continue;
         };
-        for var in ours.env.iter().flat_map(|t| t.iter()) {
+        let vars = ours.variables();
+        for var in &vars {
             if !var.name.ends_with("_TOPIC") {
                 continue;
             }
-            let configured = effective(&env, ours.env, var.name).unwrap_or_default();
-            for topic in [Some(configured.as_str()), var.default].into_iter().flatten() {
+            let configured = effective(&env, &vars, &var.name).unwrap_or_default();
+            for topic in [Some(configured.as_str()), var.default.as_deref()].into_iter().flatten() {
                 if !created.contains_key(topic) {
                     problems
                         .push(format!("{}: {}={topic} is not created by {init_services:?}", ours.service, var.name));
@@ -49,8 +50,8 @@ pub fn check(compose: &Compose) -> Vec<String> {
     // Dispatch topic: partition = mailbox shard.
     let dispatcher = OURS.iter().find(|o| o.service == "mailbox-dispatcher").expect("the dispatcher is one of ours");
     let env = env_of(every, dispatcher.service, &mut problems).unwrap_or_default();
-    let shards = effective(&env, dispatcher.env, "QIM_MAILBOX_SHARDS").unwrap_or_default();
-    let dispatch = effective(&env, dispatcher.env, "QIM_DISPATCH_TOPIC").unwrap_or_default();
+    let shards = effective(&env, &dispatcher.variables(), "QIM_MAILBOX_SHARDS").unwrap_or_default();
+    let dispatch = effective(&env, &dispatcher.variables(), "QIM_DISPATCH_TOPIC").unwrap_or_default();
     let partitions = created.get(&dispatch).and_then(|t| t.partitions);
     if shards.parse::<i64>().ok() != partitions || partitions.is_none() {
         problems.push(format!(
@@ -62,8 +63,9 @@ pub fn check(compose: &Compose) -> Vec<String> {
     // The message log outlives the hot window, so the hot tier can be rebuilt from Kafka.
     let writer = &OURS[0];
     let env = env_of(every, writer.service, &mut problems).unwrap_or_default();
-    let messages = effective(&env, writer.env, "QIM_MESSAGES_TOPIC").unwrap_or_default();
-    let hot_days: i64 = effective(&env, writer.env, "QIM_HOT_WINDOW_DAYS").and_then(|d| d.parse().ok()).unwrap_or(0);
+    let messages = effective(&env, &writer.variables(), "QIM_MESSAGES_TOPIC").unwrap_or_default();
+    let hot_days: i64 =
+        effective(&env, &writer.variables(), "QIM_HOT_WINDOW_DAYS").and_then(|d| d.parse().ok()).unwrap_or(0);
     let retention =
         created.get(&messages).and_then(|t| t.configs.get("retention.ms")).and_then(|r| r.parse::<i64>().ok());
     match retention {
