@@ -29,6 +29,7 @@ use crate::layout::{Service, Settings};
 #[derive(Debug, Parser)]
 #[command(
     name = "stack",
+    bin_name = "deploy/local/stack",
     about = "qim local infrastructure stack, no Docker: Redis + Kafka (KRaft) + Cassandra on 127.0.0.1",
     arg_required_else_help = true
 )]
