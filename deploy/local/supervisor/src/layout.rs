@@ -82,8 +82,9 @@ impl Ports {
 /// How a pid from a pid file is recognised as our server (and not a recycled pid).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Identity {
-    /// `/proc/<pid>/comm` starts with this.
-    CommPrefix(&'static str),
+    /// `/proc/<pid>/comm` starts with `comm`, and the working directory is `cwd` (where `/proc`
+    /// lets us read it): Redis, which `--dir` moves into its data dir.
+    CommIn { comm: &'static str, cwd: PathBuf },
     /// The command line (arguments joined by spaces) contains this.
     CmdlineContains(String),
 }
@@ -221,11 +222,11 @@ impl Settings {
         self.dir(svc).join("log.offset")
     }
 
-    /// The config file each JVM is started with: its path in the command line tells our
-    /// process from any other of the same kind (another state dir's, say).
+    /// What tells our process from any other of the same kind (another state dir's, say): the
+    /// config file each JVM is started with, in its command line; Redis's data dir, its cwd.
     pub fn identity(&self, svc: Service) -> Identity {
         match svc {
-            Service::Redis => Identity::CommPrefix("redis-server"),
+            Service::Redis => Identity::CommIn { comm: "redis-server", cwd: self.dir(svc).join("data") },
             Service::Kafka => Identity::CmdlineContains(self.kafka_config().display().to_string()),
             Service::Cassandra => Identity::CmdlineContains(self.cassandra_yaml().display().to_string()),
         }

@@ -8,7 +8,7 @@
 
 use std::fs::File;
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,8 @@ pub struct ProcInfo {
     pub cmdline: String,
     /// The state letter of `/proc/<pid>/stat` (`R`, `S`, `Z`, ...).
     pub state: char,
+    /// The working directory, if we may read it.
+    pub cwd: Option<PathBuf>,
 }
 
 impl ProcInfo {
@@ -42,13 +44,14 @@ impl ProcInfo {
                 .collect::<Vec<_>>()
                 .join(" "),
             state: stat_state(&stat)?,
+            cwd: std::fs::read_link(format!("{dir}/cwd")).ok(),
         })
     }
 
     /// Whether this is a live process (not a zombie) of the server `identity` describes.
     pub fn is(&self, identity: &Identity) -> bool {
         let ours = match identity {
-            Identity::CommPrefix(p) => self.comm.starts_with(p),
+            Identity::CommIn { comm, cwd } => self.comm.starts_with(comm) && self.cwd.as_ref().is_none_or(|c| c == cwd),
             Identity::CmdlineContains(m) => self.cmdline.contains(m.as_str()),
         };
         ours && self.state != 'Z'
@@ -178,14 +181,22 @@ mod tests {
             comm: "java".into(),
             cmdline: "java -cp x kafka.Kafka /s/kafka/config/server.properties".into(),
             state: 'S',
+            cwd: Some("/s/kafka".into()),
         };
         assert!(p.is(&kafka));
         assert!(!ProcInfo { state: 'Z', ..p.clone() }.is(&kafka));
         let other = Identity::CmdlineContains("/other/kafka/config/server.properties".into());
         assert!(!p.is(&other));
-        let redis = Identity::CommPrefix("redis-server");
-        assert!(ProcInfo { comm: "redis-server".into(), cmdline: "redis-server 127.0.0.1:6379".into(), state: 'S' }
-            .is(&redis));
+        let redis = Identity::CommIn { comm: "redis-server", cwd: "/s/redis/data".into() };
+        let ours = ProcInfo {
+            comm: "redis-server".into(),
+            cmdline: "redis-server 127.0.0.1:16379".into(),
+            state: 'S',
+            cwd: Some("/s/redis/data".into()),
+        };
+        assert!(ours.is(&redis));
+        assert!(ProcInfo { cwd: None, ..ours.clone() }.is(&redis), "an unreadable cwd: the pid file decides");
+        assert!(!ProcInfo { cwd: Some("/other/redis/data".into()), ..ours }.is(&redis), "another stack's redis");
         assert!(!p.is(&redis));
     }
 
