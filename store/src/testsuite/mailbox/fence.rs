@@ -1,6 +1,6 @@
 //! Fenced dispatch bookkeeping ([`ShardFence`]) in the contract suite: what every backend must
 //! do with a fence of the shard's current incarnation. A stale fence exists only on a store
-//! that can lose state (Redis): its refusals are tested there (`store/tests/redis_mailbox_fence.rs`).
+//! that can lose state (Redis): its refusals are tested there (`store/tests/store/redis_mailbox_fence.rs`).
 
 use super::*;
 use crate::mailbox::ShardFence;

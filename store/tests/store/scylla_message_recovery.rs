@@ -8,7 +8,7 @@
 //! cursor is one row per keyspace and follows the scanning store's clock. Same environment as
 //! `scylla_message_contract.rs`.
 
-mod scylla_support;
+use crate::scylla_support;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;

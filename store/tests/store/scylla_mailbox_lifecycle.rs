@@ -6,7 +6,7 @@
 //! Same environment as `scylla_message_contract.rs` (see `scylla_support`); the mailbox tables
 //! live in the same migrated keyspace, and each test uses shards of its own.
 
-mod scylla_support;
+use crate::scylla_support;
 
 use std::sync::Arc;
 
@@ -21,15 +21,18 @@ use qim_store::scylla::mailbox::ScyllaMailboxStore;
 use qim_store::testsuite::fixtures::{clock, fresh_bytes, fresh_message_id, fresh_tenant, user, T0};
 use qim_store::MailboxStore;
 use scylla::client::session::Session;
-use scylla_support::config;
+use scylla_support::Keyspace;
+
+/// This file's keyspace (see [`Keyspace`]).
+static KEYSPACE: Keyspace = Keyspace::new();
 
 const EPOCH: ShardEpoch = ShardEpoch(1);
 
 /// A mailbox store on the suite's migrated keyspace, its session and the keyspace name.
 async fn open(clock: Arc<ManualClock>) -> (ScyllaMailboxStore, Arc<Session>, String) {
-    let session = scylla_support::connect(config()).await;
-    scylla_support::migrated(&session).await;
-    let (session, ks) = (Arc::new(session), config().keyspace.clone());
+    let session = scylla_support::connect(KEYSPACE.config()).await;
+    KEYSPACE.migrated(&session).await;
+    let (session, ks) = (Arc::new(session), KEYSPACE.config().keyspace.clone());
     let store = ScyllaMailboxStore::connect(session.clone(), &ks, MailboxRetention::default(), clock)
         .await
         .expect("connecting the mailbox store");

@@ -4,7 +4,7 @@
 //!
 //! Same environment as `scylla_message_contract.rs` (see `scylla_support`).
 
-mod scylla_support;
+use crate::scylla_support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +20,10 @@ use qim_store::testsuite::fixtures::{
 use qim_store::testsuite::message::commit_fully;
 use qim_store::testsuite::MessageHarness;
 use qim_store::{ErrorKind, MessageStore, COMMIT_AUX_TTL_MILLIS};
-use scylla_support::{config, Scylla};
+use scylla_support::{Keyspace, Scylla};
+
+/// This file's keyspace (see [`Keyspace`]).
+static KEYSPACE: Keyspace = Keyspace::new();
 
 fn policy() -> RetentionPolicy {
     RetentionPolicy::with_default_days(30).expect("30 days is legal")
@@ -28,7 +31,7 @@ fn policy() -> RetentionPolicy {
 
 /// Two stores on their own sessions, sharing `clock`.
 async fn two_stores(clock: Arc<ManualClock>) -> (Scylla, Arc<dyn MessageStore>, Arc<dyn MessageStore>) {
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let a = h.open(policy(), clock.clone()).await;
     let b = h.open(policy(), clock).await;
     (h, a, b)
@@ -108,7 +111,7 @@ async fn racing_reserves_of_one_key_agree_on_the_first_commit() {
 
 #[tokio::test]
 async fn rows_carry_the_retention_and_auxiliary_ttls() {
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let store = h.open(policy(), clock()).await;
     let typed = h.store();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
@@ -134,7 +137,7 @@ async fn rows_carry_the_retention_and_auxiliary_ttls() {
 #[tokio::test]
 async fn a_record_written_after_its_expiry_gets_one_second_and_is_never_shown() {
     let clock = clock();
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let store = h.open(policy(), clock.clone()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     let mut eph = request(t, user(1), "late", conv, b"x");
@@ -166,7 +169,7 @@ async fn a_record_written_after_its_expiry_gets_one_second_and_is_never_shown() 
 #[tokio::test]
 async fn a_key_past_its_auxiliary_ttl_is_reserved_anew() {
     let clock = clock();
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let store = h.open(policy(), clock.clone()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     let first = commit_fully(store.as_ref(), &request(t, user(1), "k", conv, b"one")).await;
@@ -182,7 +185,7 @@ async fn a_key_past_its_auxiliary_ttl_is_reserved_anew() {
 
 #[tokio::test]
 async fn a_commit_row_whose_columns_expired_reads_as_absent_and_is_reusable() {
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let store = h.open(policy(), clock()).await;
     let typed = h.store();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
@@ -205,7 +208,7 @@ async fn a_commit_row_whose_columns_expired_reads_as_absent_and_is_reusable() {
 
 #[tokio::test]
 async fn a_missing_server_is_unavailable_within_the_connect_bound() {
-    let mut c = config().clone();
+    let mut c = KEYSPACE.config().clone();
     c.hosts = vec!["127.0.0.1:1".to_owned()];
     let started = Instant::now();
     let err = open_session(&c).await.expect_err("nothing listens on port 1");
@@ -217,7 +220,7 @@ async fn a_missing_server_is_unavailable_within_the_connect_bound() {
 #[tokio::test]
 async fn recovery_finds_a_key_reserved_again_and_skips_orphan_entries() {
     let clock = clock();
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let store = h.open(policy(), clock.clone()).await;
     let typed = h.store();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
@@ -242,7 +245,7 @@ async fn recovery_finds_a_key_reserved_again_and_skips_orphan_entries() {
 #[tokio::test]
 async fn pages_skip_a_long_run_of_expired_records() {
     let clock = clock();
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let store = h.open(policy(), clock.clone()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     for i in 0..40 {
@@ -308,7 +311,7 @@ async fn racing_takeovers_of_an_expired_key_agree_or_conflict() {
 
 #[tokio::test]
 async fn a_seq_that_would_set_bit_63_is_refused_and_nothing_is_reserved() {
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let store = h.open(policy(), clock()).await;
     let typed = h.store();
     let (t, conv) = (fresh_tenant(), fresh_conversation());
@@ -377,7 +380,7 @@ async fn newest_first(
 /// two different records for one seq within a batch the first is kept.
 #[tokio::test]
 async fn the_archive_refuses_a_different_record_at_archived_coordinates() {
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     drop(h.open(policy(), clock()).await);
     let store_typed = h.store();
     let (t, c) = (fresh_tenant(), fresh_conversation());
@@ -407,7 +410,7 @@ async fn the_archive_refuses_a_different_record_at_archived_coordinates() {
 /// (less the clock-skew margin), each with the publication the archiver stored.
 #[tokio::test]
 async fn recent_publications_are_a_suffix_of_the_archive_with_their_offsets() {
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     drop(h.open(policy(), clock()).await);
     let store = h.store();
     let (t, c) = (fresh_tenant(), fresh_conversation());

@@ -14,8 +14,7 @@ use qim_store::redis::RedisConfig;
 use qim_store::testsuite::MailboxHarness;
 use qim_store::MailboxStore;
 
-#[path = "support/shared_redis.rs"]
-mod shared_redis;
+use crate::shared_redis;
 
 use shared_redis::{unique_namespace, unreachable, Cleanup};
 

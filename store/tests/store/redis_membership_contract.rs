@@ -11,8 +11,7 @@ use qim_store::redis::{RedisConfig, RedisMembershipStore};
 use qim_store::testsuite::MembershipHarness;
 use qim_store::MembershipStore;
 
-#[path = "support/shared_redis.rs"]
-mod shared_redis;
+use crate::shared_redis;
 
 use shared_redis::{unique_namespace, unreachable, Cleanup};
 

@@ -26,11 +26,14 @@ use qim_store::testsuite::{MembershipHarness, MessageHarness};
 use qim_store::tiered::{TieredMembershipStore, TieredMessageStore};
 use qim_store::{all_members, MembershipStore, MessageStore, SeqHighWater};
 
-mod scylla_support;
-#[path = "support/shared_redis.rs"]
-mod shared_redis;
+use crate::scylla_support;
+use crate::shared_redis;
+use scylla_support::Keyspace;
 
 use shared_redis::{unique_namespace, unreachable, url as redis_url, Cleanup};
+
+/// This file's keyspace (see [`Keyspace`]).
+static KEYSPACE: Keyspace = Keyspace::new();
 
 const MINUTE: i64 = 60_000;
 
@@ -46,9 +49,9 @@ async fn hot_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &C
 }
 
 async fn archive_store(policy: RetentionPolicy, clock: Arc<ManualClock>) -> ScyllaMessageStore {
-    let config = scylla_support::config();
+    let config = KEYSPACE.config();
     let session = scylla_support::connect(config).await;
-    scylla_support::migrated(&session).await;
+    KEYSPACE.migrated(&session).await;
     ScyllaMessageStore::with_session(session, config, policy, clock)
         .await
         .unwrap_or_else(|e| panic!("opening the archive: {}", scylla_support::describe(&e)))
@@ -390,9 +393,9 @@ impl Default for TieredMembers {
 impl TieredMembers {
     async fn store(&self) -> TieredMembershipStore {
         let _ = &self.cleanup;
-        let config = scylla_support::config();
+        let config = KEYSPACE.config();
         let session = scylla_support::connect(config).await;
-        scylla_support::migrated(&session).await;
+        KEYSPACE.migrated(&session).await;
         let durable = ScyllaMembershipStore::with_session(session, config).await.expect("membership statements");
         let redis = RedisConfig { url: redis_url(), namespace: self.namespace.clone() };
         let cache =

@@ -11,7 +11,7 @@
 //!
 //! Same environment as `scylla_message_contract.rs` (see `scylla_support`).
 
-mod scylla_support;
+use crate::scylla_support;
 
 use std::sync::Arc;
 
@@ -26,7 +26,10 @@ use qim_store::testsuite::fixtures::{
 use qim_store::testsuite::message::commit_fully;
 use qim_store::testsuite::MessageHarness;
 use qim_store::{ErrorKind, MessageStore};
-use scylla_support::Scylla;
+use scylla_support::{Keyspace, Scylla};
+
+/// This file's keyspace (see [`Keyspace`]).
+static KEYSPACE: Keyspace = Keyspace::new();
 
 const HOUR: i64 = 3_600_000;
 const BUCKET: u64 = qim_store::scylla::schema::SEQ_BUCKET_SIZE;
@@ -50,7 +53,7 @@ impl Conv {
 
     /// Conversation `conv` of `t` through a store of its own.
     async fn on(t: TenantId, conv: ConversationId, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Self {
-        let h = Scylla::default();
+        let h = Scylla::of(&KEYSPACE);
         let store = h.open(policy, clock).await;
         let typed = h.store();
         let auth = MembershipAuthorizer::default();

@@ -3,8 +3,7 @@
 //!
 //! Needs the local stack's Redis (`QIM_TEST_REDIS_URL`); fails, never skips, when it is missing.
 
-#[path = "support/shared_redis.rs"]
-mod shared_redis;
+use crate::shared_redis;
 
 use std::sync::Arc;
 

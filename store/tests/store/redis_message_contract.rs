@@ -22,8 +22,7 @@ use qim_store::testsuite::message::commit_fully;
 use qim_store::testsuite::MessageHarness;
 use qim_store::{ErrorKind, MessageStore};
 
-#[path = "support/shared_redis.rs"]
-mod shared_redis;
+use crate::shared_redis;
 
 use shared_redis::{unique_namespace, unreachable, url as redis_url, Cleanup};
 

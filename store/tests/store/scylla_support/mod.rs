@@ -12,7 +12,7 @@
 //! Each `#[tokio::test]` has its own runtime, so each opened store gets its own session (a
 //! session's connections belong to the runtime that made them); only the migration is shared.
 
-#![allow(dead_code)] // each test binary uses a different part
+#![allow(dead_code)] // not every test uses every helper
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -27,10 +27,62 @@ use qim_store::testsuite::MessageHarness;
 use qim_store::{MessageStore, StoreError};
 use scylla::client::session::Session;
 
-/// The suite's configuration, read once per process (the keyspace name is generated once).
-pub fn config() -> &'static ScyllaConfig {
+/// The test cluster's configuration, read once per process; its keyspace is the base name the
+/// suites' own keyspaces ([`Keyspace`]) and [`isolated_store`] replace.
+fn base_config() -> &'static ScyllaConfig {
     static CONFIG: OnceLock<ScyllaConfig> = OnceLock::new();
     CONFIG.get_or_init(|| ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("test configuration: {e}")))
+}
+
+/// One test file's keyspace, named and migrated once per process: each file's tests share it,
+/// and no other file's tests write to it (the recovery cursor follows the clocks of the stores
+/// that scan it, so suites with different clocks must not share one). A set
+/// `QIM_TEST_SCYLLA_KEYSPACE` is used by every file as it is.
+pub struct Keyspace {
+    config: OnceLock<ScyllaConfig>,
+    migrated: tokio::sync::OnceCell<()>,
+}
+
+impl Keyspace {
+    pub const fn new() -> Self {
+        Self { config: OnceLock::new(), migrated: tokio::sync::OnceCell::const_new() }
+    }
+
+    /// The configuration of this file's keyspace.
+    pub fn config(&self) -> &ScyllaConfig {
+        self.config.get_or_init(|| {
+            let mut config = base_config().clone();
+            if std::env::var_os("QIM_TEST_SCYLLA_KEYSPACE").is_none() {
+                config.keyspace = generated_test_keyspace();
+            }
+            config
+        })
+    }
+
+    /// Migrates this file's keyspace once (later calls wait for the first); the first migration
+    /// of the process sweeps the keyspaces earlier runs left behind.
+    pub async fn migrated(&self, session: &Session) {
+        self.migrated
+            .get_or_init(|| async {
+                sweep_once(session).await;
+                migrate(session, self.config())
+                    .await
+                    .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", self.config().keyspace, describe(&e)));
+            })
+            .await;
+    }
+}
+
+/// Drops the keyspaces earlier runs left (once per process, before the first migration).
+async fn sweep_once(session: &Session) {
+    static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    SWEPT
+        .get_or_init(|| async {
+            if std::env::var_os("QIM_TEST_SCYLLA_KEYSPACE").is_none() {
+                qim_testkit::scylla::sweep_leftover_keyspaces(session).await;
+            }
+        })
+        .await;
 }
 
 pub fn describe(err: &StoreError) -> String {
@@ -55,25 +107,10 @@ pub async fn connect(config: &ScyllaConfig) -> Session {
     })
 }
 
-/// Migrates the suite's keyspace once per process (later calls wait for the first).
-pub async fn migrated(session: &Session) {
-    static MIGRATED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    MIGRATED
-        .get_or_init(|| async {
-            if std::env::var_os("QIM_TEST_SCYLLA_KEYSPACE").is_none() {
-                qim_testkit::scylla::sweep_leftover_keyspaces(session).await;
-            }
-            migrate(session, config())
-                .await
-                .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", config().keyspace, describe(&e)));
-        })
-        .await;
-}
-
 /// A store in a fresh keyspace of its own, migrated now (a few seconds): for tests that move the
 /// recovery cursor with their own clock. The keyspace is dropped by a later run's sweep.
 pub async fn isolated_store(policy: RetentionPolicy, clock: Arc<dyn Clock>) -> ScyllaMessageStore {
-    let mut isolated = config().clone();
+    let mut isolated = base_config().clone();
     isolated.keyspace = generated_test_keyspace();
     let session = connect(&isolated).await;
     migrate(&session, &isolated)
@@ -84,13 +121,18 @@ pub async fn isolated_store(policy: RetentionPolicy, clock: Arc<dyn Clock>) -> S
         .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)))
 }
 
-/// Opens Scylla stores and keeps a typed handle to each, for sabotage by direct CQL.
-#[derive(Default)]
+/// Opens Scylla stores in one file's [`Keyspace`] and keeps a typed handle to each, for sabotage
+/// by direct CQL.
 pub struct Scylla {
+    keyspace: &'static Keyspace,
     stores: Mutex<Vec<ScyllaMessageStore>>,
 }
 
 impl Scylla {
+    pub fn of(keyspace: &'static Keyspace) -> Self {
+        Self { keyspace, stores: Mutex::default() }
+    }
+
     pub fn store(&self) -> ScyllaMessageStore {
         self.stores.lock().unwrap().last().cloned().expect("a store was opened")
     }
@@ -119,9 +161,9 @@ impl qim_store::testsuite::SeqHighWaterHarness for Scylla {
 #[async_trait]
 impl MessageHarness for Scylla {
     async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
-        let session = connect(config()).await;
-        migrated(&session).await;
-        let store = ScyllaMessageStore::with_session(session, config(), policy, clock)
+        let session = connect(self.keyspace.config()).await;
+        self.keyspace.migrated(&session).await;
+        let store = ScyllaMessageStore::with_session(session, self.keyspace.config(), policy, clock)
             .await
             .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)));
         self.stores.lock().unwrap().push(store.clone());

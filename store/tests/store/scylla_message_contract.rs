@@ -8,7 +8,7 @@
 //! `deploy/local/stack up`; nothing is skipped. The flavour test expects Cassandra (the local
 //! stack) unless `QIM_TEST_SCYLLA_FLAVOUR=scylla`.
 
-mod scylla_support;
+use crate::scylla_support;
 
 use std::sync::Arc;
 
@@ -20,22 +20,25 @@ use qim_store::scylla::{migrate, read_flavour, readiness, ScyllaConfig, ScyllaMe
 use qim_store::testsuite::MessageHarness;
 use qim_store::ErrorKind;
 use scylla::client::session::Session;
-use scylla_support::{config, connect, describe, Scylla};
+use scylla_support::{connect, describe, Keyspace, Scylla};
+
+/// This file's keyspace (see [`Keyspace`]).
+static KEYSPACE: Keyspace = Keyspace::new();
 
 mod contract {
     use super::*;
-    qim_store::message_store_contract_suite!(Scylla::default());
+    qim_store::message_store_contract_suite!(Scylla::of(&KEYSPACE));
 }
 
 /// The durable seq high-water mark (`seq_high_water`), which the Redis hot tier leases from.
 mod high_water {
     use super::*;
-    qim_store::seq_high_water_contract_suite!(Scylla::default());
+    qim_store::seq_high_water_contract_suite!(Scylla::of(&KEYSPACE));
 }
 
 /// A configuration like the suite's, for a keyspace of its own.
 fn fresh_config(tag: &str) -> ScyllaConfig {
-    let mut c = config().clone();
+    let mut c = KEYSPACE.config().clone();
     c.keyspace = format!("{}_{tag}", qim_store::scylla::config::generated_test_keyspace());
     c
 }
@@ -171,7 +174,7 @@ async fn a_data_centre_the_cluster_does_not_have_is_refused_by_name() {
 
 #[tokio::test]
 async fn the_local_stack_is_detected_as_cassandra() {
-    let session = connect(config()).await;
+    let session = connect(KEYSPACE.config()).await;
     let flavour = read_flavour(&session).await.unwrap_or_else(|e| panic!("{}", describe(&e)));
     let expected = std::env::var("QIM_TEST_SCYLLA_FLAVOUR").map_or(Flavour::Cassandra, |v| {
         if v == "scylla" {
@@ -188,7 +191,7 @@ async fn bit_63_values_are_refused_before_reaching_cql() {
     use qim_store::message::{Direction, HistoryQuery, ReadPosition};
     use qim_store::testsuite::fixtures::{clock, fresh_conversation, fresh_tenant, user, MembershipAuthorizer};
 
-    let h = Scylla::default();
+    let h = Scylla::of(&KEYSPACE);
     let store = h.open(RetentionPolicy::default(), clock()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     let auth = MembershipAuthorizer::default();
@@ -214,13 +217,13 @@ async fn bit_63_values_are_refused_before_reaching_cql() {
 #[tokio::test]
 async fn a_mark_without_a_holder_column_value_moves_like_one_with_none() {
     // Rows from before the `holder` column have it null; they read, and move, as "no holder".
-    let scylla = Scylla::default();
+    let scylla = Scylla::of(&KEYSPACE);
     let marks = qim_store::testsuite::SeqHighWaterHarness::open(&scylla).await;
-    let session = connect(config()).await;
+    let session = connect(KEYSPACE.config()).await;
     let (t, c) = (qim_store::testsuite::fixtures::fresh_tenant(), qim_store::testsuite::fixtures::fresh_conversation());
     let insert = format!(
         "INSERT INTO {}.seq_high_water (tenant_id, conversation_id, high_water) VALUES (?, ?, 7)",
-        config().keyspace
+        KEYSPACE.config().keyspace
     );
     session.query_unpaged(insert, (&t.0[..], &c.0[..])).await.expect("a legacy row");
     let legacy = marks.high_water(t, c).await.expect("read");

@@ -7,7 +7,7 @@
 //! once per process (`migrate` creates `conversation_member` with the other tables). When the
 //! server is missing, every test fails naming it and `deploy/local/stack up`; nothing is skipped.
 
-mod scylla_support;
+use crate::scylla_support;
 
 use std::sync::{Arc, Mutex};
 
@@ -15,13 +15,16 @@ use async_trait::async_trait;
 use qim_store::scylla::ScyllaMembershipStore;
 use qim_store::testsuite::MembershipHarness;
 use qim_store::MembershipStore;
-use scylla_support::{config, connect, describe, migrated};
+use scylla_support::{connect, describe, Keyspace};
+
+/// This file's keyspace (see [`Keyspace`]).
+static KEYSPACE: Keyspace = Keyspace::new();
 
 /// A store on its own session (each test has its own runtime) in the migrated test keyspace.
 async fn open_store() -> ScyllaMembershipStore {
-    let session = connect(config()).await;
-    migrated(&session).await;
-    ScyllaMembershipStore::with_session(session, config())
+    let session = connect(KEYSPACE.config()).await;
+    KEYSPACE.migrated(&session).await;
+    ScyllaMembershipStore::with_session(session, KEYSPACE.config())
         .await
         .unwrap_or_else(|e| panic!("connecting the membership store: {}", describe(&e)))
 }
@@ -62,7 +65,7 @@ mod scylla_specific {
             .query_unpaged(
                 "SELECT column_name, kind, position, clustering_order, type FROM system_schema.columns \
                  WHERE keyspace_name = ? AND table_name = ?",
-                (config().keyspace.as_str(), "conversation_member"),
+                (KEYSPACE.config().keyspace.as_str(), "conversation_member"),
             )
             .await
             .expect("reading system_schema.columns")
@@ -95,7 +98,7 @@ mod scylla_specific {
         store.add_members(t, c, &[user(1)]).await.unwrap();
         let cql = format!(
             "INSERT INTO {}.conversation_member (tenant_id, conversation_id, user_id) VALUES (?, ?, ?)",
-            config().keyspace
+            KEYSPACE.config().keyspace
         );
         store.session().query_unpaged(cql, (&t.0[..], &c.0[..], &[0xffu8; 5][..])).await.expect("sabotage: short id");
         assert_kind(store.members_page(t, c, None, 10).await, ErrorKind::CorruptEntry, "a 5-byte user_id");

@@ -1,0 +1,151 @@
+//! qim-stack: the local stack's supervisor. Redis, Kafka (KRaft) and Cassandra as plain
+//! processes on 127.0.0.1, installed, configured, started, probed, killed and stopped from one
+//! state dir. `deploy/local/stack` builds this and runs it with its arguments; see
+//! deploy/local/README.md for the commands, the knobs and the layout.
+//!
+//! Exit codes: 0 done; 1 a command failed (`[stack ..] ERROR: ..` on stderr), or `status` /
+//! `check` found a server not answering; 2 a usage error (1 for a bad `kill` or `logs` argument).
+
+mod cassandra;
+mod commands;
+mod install;
+mod kafka;
+mod layout;
+mod logfile;
+mod output;
+mod ports;
+mod probe;
+mod process;
+mod redis;
+mod resp;
+mod topics;
+
+use std::process::ExitCode;
+
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
+
+use crate::layout::{Service, Settings};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "stack",
+    bin_name = "deploy/local/stack",
+    about = "qim local infrastructure stack, no Docker: Redis + Kafka (KRaft) + Cassandra on 127.0.0.1",
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, PartialEq, Eq, Subcommand)]
+enum Cmd {
+    /// Install/download what is missing, start redis, kafka, cassandra, wait until each answers
+    /// a real request, create the qim topics.
+    Up,
+    /// Stop the servers started from this state dir (SIGTERM, SIGKILL after
+    /// QIM_STACK_STOP_TIMEOUT seconds).
+    Down,
+    /// One line per server; exit 0 only if all three are up and answering.
+    Status,
+    /// The last QIM_STACK_LOG_LINES lines of the server logs (all three without a name).
+    Logs {
+        #[arg(value_enum)]
+        servers: Vec<Service>,
+        /// Follow the logs.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Deeper self-test: redis SET/GET, kafka topics, cassandra LWT.
+    Check,
+    /// Down, then delete the state dir (all data).
+    Reset,
+    /// SIGKILL one server for fault tests; `up` restarts it.
+    Kill {
+        #[arg(value_enum)]
+        server: Service,
+    },
+}
+
+/// The exit code of a usage error: 1 for a bad `kill` or `logs` argument, 2 otherwise.
+fn usage_exit_code(first_arg: Option<&str>) -> u8 {
+    match first_arg {
+        Some("kill" | "logs") => 1,
+        _ => 2,
+    }
+}
+
+fn main() -> ExitCode {
+    let settings = Settings::from_env();
+    let mut command = Cli::command();
+    if let Ok(s) = &settings {
+        command = command.after_help(format!(
+            "state: {}   (QIM_STACK_DIR)\ncache: {}   (QIM_STACK_CACHE)",
+            s.stack_dir.display(),
+            s.cache_dir.display()
+        ));
+    }
+    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(usage_exit_code(std::env::args().nth(1).as_deref()))
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let result = settings.and_then(|s| match cli.command {
+        Cmd::Up => commands::up(&s),
+        Cmd::Down => commands::down(&s),
+        Cmd::Status => commands::status(&s),
+        Cmd::Logs { servers, follow } => commands::logs(&s, &servers, follow),
+        Cmd::Check => commands::check(&s),
+        Cmd::Reset => commands::reset(&s),
+        Cmd::Kill { server } => commands::kill(&s, server),
+    });
+    result.unwrap_or_else(|e| {
+        log!("ERROR: {e:#}");
+        ExitCode::FAILURE
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cmd, clap::Error> {
+        Cli::try_parse_from(std::iter::once("stack").chain(args.iter().copied())).map(|c| c.command)
+    }
+
+    #[test]
+    fn the_commands_parse_as_the_script_took_them() {
+        assert_eq!(parse(&["up"]).unwrap(), Cmd::Up);
+        assert_eq!(parse(&["status"]).unwrap(), Cmd::Status);
+        assert_eq!(parse(&["kill", "cassandra"]).unwrap(), Cmd::Kill { server: Service::Cassandra });
+        assert_eq!(parse(&["logs"]).unwrap(), Cmd::Logs { servers: vec![], follow: false });
+        assert_eq!(
+            parse(&["logs", "-f", "kafka", "redis"]).unwrap(),
+            Cmd::Logs { servers: vec![Service::Kafka, Service::Redis], follow: true }
+        );
+        assert_eq!(
+            parse(&["logs", "redis", "--follow"]).unwrap(),
+            Cmd::Logs { servers: vec![Service::Redis], follow: true }
+        );
+    }
+
+    #[test]
+    fn bad_usage_is_refused_with_the_scripts_exit_codes() {
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["start"]).is_err());
+        assert!(parse(&["kill"]).is_err());
+        assert!(parse(&["kill", "zookeeper"]).is_err());
+        assert!(parse(&["logs", "zookeeper"]).is_err());
+        assert_eq!(usage_exit_code(Some("kill")), 1);
+        assert_eq!(usage_exit_code(Some("logs")), 1);
+        assert_eq!(usage_exit_code(Some("start")), 2);
+        assert_eq!(usage_exit_code(None), 2);
+        assert!(parse(&["--help"]).is_err_and(|e| !e.use_stderr()));
+    }
+}
