@@ -2,7 +2,7 @@
 //! from a shared environment file and refuses only names no service reads.
 //!
 //! Generated from the three services' [`Environment`](super::Environment) commands by
-//! `tests/tests/readme_config.rs`, which fails with the text to paste when this list differs
+//! `tests/tests/pipeline/readme_config.rs`, which fails with the text to paste when this list differs
 //! (or rewrites it with `QIM_BLESS=1`); it is not edited by hand.
 
 /// The variables, sorted.

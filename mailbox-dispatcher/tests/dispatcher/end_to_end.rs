@@ -2,7 +2,7 @@
 //! messages sent (one retried) through the writer, and every member reads exactly those two
 //! entries, in conversation order, from the dispatcher's mailbox API.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

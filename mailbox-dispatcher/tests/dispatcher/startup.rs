@@ -2,7 +2,7 @@
 //! connecting, and `run` exits non-zero, naming the mismatch, when the dispatch topic's
 //! partitions differ from `QIM_MAILBOX_SHARDS`.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! unarchived tail (the archiver's group has committed nothing, so that is the whole topic).
 //! Membership is durable in the archive keyspace: nobody is added again (DESIGN invariants 7, 9).
 
-mod support;
+use crate::support;
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_testkit::metrics::Exposition;

@@ -3,7 +3,7 @@
 //! lost, nothing is doubled, every row is the record as produced, and every archived
 //! watermark reaches the end of its conversation.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! different manifest, and an undecodable one, are refused to the dead-letter topic and block
 //! nothing after them.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! original stays. (Its own test binary: `/metrics` is per process, and the counts of
 //! `dead_letters.rs` would mix with these.)
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

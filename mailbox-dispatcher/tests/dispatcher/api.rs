@@ -2,7 +2,7 @@
 //! retention (an expired entry leaves a boundary: older cursors get 410 with the earliest valid
 //! cursor, never a silent gap), trimming, and the 4xx discipline.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

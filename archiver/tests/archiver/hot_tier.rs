@@ -4,7 +4,7 @@
 //! until the grace has passed, trims the hot window up to the watermark, and the tiered store
 //! then reads the trimmed history from the archive.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! (revocation mid-stream), and at the end every record is archived exactly as produced and
 //! the group's committed offsets reach the end of every partition.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

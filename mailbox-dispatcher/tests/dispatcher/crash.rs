@@ -4,7 +4,7 @@
 //! backed by durable entries of every record at or below it (a watermark never passes
 //! unfinished work).
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

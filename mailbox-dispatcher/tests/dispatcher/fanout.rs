@@ -2,7 +2,7 @@
 //! stack: every member's mailbox holds exactly one entry, at the seq of its shard's record, and
 //! every lane watermark of every shard passes that record.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! had accepted once its commit is done, flushes the producer and exits 0. Every acknowledged
 //! message is in Kafka.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! makes: the leaving instance's last page, or the next owner reading again the records whose
 //! offsets were not stored because a watermark had not passed them.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! retry, conflict, history paging, authorization, bad input, tenant isolation, summaries and
 //! the operational endpoints.
 
-mod support;
+use crate::support;
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use serde_json::{json, Value};

@@ -3,7 +3,7 @@
 //! doubled or renumbered: every member holds exactly one entry per message of its
 //! conversation, at the seq of the dispatch's first offset in its shard's log.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::sync::Arc;

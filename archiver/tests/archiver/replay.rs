@@ -2,7 +2,7 @@
 //! ending at the original expiry, the expired record still gone; it starts from the earliest
 //! offsets, a timestamp, or explicit partition offsets, and reports what it did.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

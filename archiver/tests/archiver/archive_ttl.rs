@@ -3,7 +3,7 @@
 //! already expired one gets 1 s and is gone, compliance hold and tenant custom get no TTL. The
 //! blob in the archive is the record as produced, and history reads never show the expired one.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
