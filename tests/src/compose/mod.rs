@@ -13,6 +13,7 @@
 //! - [`dockerfile`]: the stages of a multi-stage Dockerfile;
 //! - [`topics`]: the topics a topic-init script creates with `rpk topic create`;
 //! - [`deployment`]: what the deployment must consist of (our services, the profiles);
+//! - [`env_blocks`]: our services' `environment` blocks, generated from their definitions;
 //! - [`checks`]: the drift checks themselves, one concern per module, built on the above.
 //!
 //! This module also holds the file access shared by all of them ([`compose_dir`], [`read`])
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 pub mod checks;
 pub mod deployment;
 pub mod dockerfile;
+pub mod env_blocks;
 pub mod project;
 pub mod service;
 pub mod topics;

@@ -9,7 +9,9 @@
 //!
 //! - each of our services is built from the one Dockerfile, from a target that exists and runs
 //!   that service's binary as a non-root user;
-//! - every variable a service is given is one its binary reads (its clap environment);
+//! - our services' `environment` blocks are the ones their variable definitions generate
+//!   (`qim_tests::compose::env_blocks`; `QIM_BLESS=1` rewrites them), and every variable a
+//!   service is given is one its binary reads (its clap environment);
 //! - HTTP listen addresses are `0.0.0.0:<documented default port>`, published and
 //!   health-checked (`/healthz`) on that same port;
 //! - the Kafka, Redis and Scylla addresses name services of the file, enabled in the profile
@@ -30,7 +32,8 @@
 use qim_tests::compose::checks::{
     backing, builds, environment, http, interpolation, redis, scylla, startup, topic_init,
 };
-use qim_tests::compose::{report, Compose};
+use qim_tests::compose::{compose_dir, env_blocks, read, report, Compose};
+use qim_tests::generated::bless_or_compare;
 
 #[test]
 fn our_services_are_built_from_dockerfile_targets_that_run_their_binary() {
@@ -75,4 +78,12 @@ fn start_up_order_holds_in_every_profile() {
 #[test]
 fn interpolation_uses_only_known_variables_and_the_readme_documents_them() {
     report("interpolation", interpolation::check(Compose::load()));
+}
+
+#[test]
+fn environment_blocks_are_the_ones_the_definitions_generate() {
+    let path = compose_dir().join("docker-compose.yml");
+    let current = read(&path);
+    let wanted = env_blocks::generate(&current).unwrap_or_else(|e| panic!("generating the environment blocks: {e}"));
+    bless_or_compare(&path.display().to_string(), &current, &wanted, "docker-compose.yml's environment blocks");
 }
