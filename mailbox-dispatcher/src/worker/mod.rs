@@ -6,13 +6,15 @@
 //! different manifest is refused explicitly (`DispatchConflict`) and dead-lettered; the
 //! recipients are split over 64 lanes by user hash and written in chunks of at most 256; each
 //! `(shard, lane)` watermark advances page-wise and never past a record whose lane work is
-//! incomplete. See [`pipeline`] for the scheduling and [`window`] for the bookkeeping.
+//! incomplete. See [`pipeline`] for the scheduling, [`window`] for the bookkeeping and [`resync`]
+//! for a store that lost state.
 //!
 //! The consumer hands records to the pipeline of their partition through a bounded channel; a
 //! full channel stops polling (backpressure; librdkafka's `max.poll.interval.ms`, 5 min, is far
 //! above a healthy pipeline's stall). Records of a partition this consumer does not own (any
 //! more) are dropped: their new owner reads them from the committed offset.
 
+mod lost_state;
 pub mod pipeline;
 pub mod resync;
 pub mod steps;
