@@ -135,13 +135,10 @@ impl Environment for ArchiverEnv {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
 
     fn config(pairs: &[(&str, &str)]) -> Result<ArchiverConfig, String> {
-        let env: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        qim_runtime::env::resolve::<ArchiverEnv>(&|n| env.get(n).cloned(), env.keys().cloned())
+        qim_runtime::env::resolve_pairs::<ArchiverEnv>(pairs)
     }
 
     #[test]

@@ -180,13 +180,10 @@ impl Environment for DispatcherEnv {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::HashMap;
-
     use super::*;
 
     fn config(pairs: &[(&str, &str)]) -> Result<DispatcherConfig, String> {
-        let env: HashMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        qim_runtime::env::resolve::<DispatcherEnv>(&|n| env.get(n).cloned(), env.keys().cloned())
+        qim_runtime::env::resolve_pairs::<DispatcherEnv>(pairs)
     }
 
     #[test]

@@ -62,6 +62,13 @@ pub fn check_process<E: Environment>() -> Result<Vec<(String, String)>, Vec<Prob
     check::<E>(&|name| std::env::var(name).ok(), std::env::vars().map(|(k, _)| k))
 }
 
+/// [`resolve`] over the environment made of `pairs` alone (name, value), as a test or a
+/// tool that builds a configuration without the process environment uses it.
+pub fn resolve_pairs<E: Environment>(pairs: &[(&str, &str)]) -> Result<E::Config, String> {
+    let env: BTreeMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    resolve::<E>(&|name| env.get(name).cloned(), env.keys().cloned())
+}
+
 /// Checks `E` against `lookup`, then parses and types it: what a service does at start. Every
 /// problem is reported at once, joined by `; `.
 pub fn resolve<E: Environment>(
