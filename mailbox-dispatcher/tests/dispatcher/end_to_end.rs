@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use qim_mailbox_dispatcher::config::Backend;
 use qim_store::ids::{ConversationId, TenantId};
-use qim_store::retention::RetentionPolicy;
-use qim_writer::config::{Backend as WriterBackend, WriterConfig};
+use qim_writer::config::{Backend as WriterBackend, WriterEnv};
 use serde_json::{json, Value};
 use support::{fresh, users, Fixture, Kind, TOKEN};
 
@@ -20,23 +19,22 @@ async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
         Backend::Redis { redis, members } => WriterBackend::Redis { redis: redis.clone(), archive: members.clone() },
         Backend::Scylla(s) => WriterBackend::Scylla(s.clone()),
     };
-    let config = WriterConfig {
-        backend,
-        kafka_brokers: support::brokers(),
-        messages_topic: f.config.kafka.messages_topic.clone(),
-        archiver_group: format!("{}.archiver", f.config.kafka.messages_topic),
-        seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
-        policy: RetentionPolicy::with_default_days(30).unwrap(),
-        hot_window_days: 7,
-        http_addr: "127.0.0.1:0".parse().unwrap(),
-        max_body_bytes: 4096,
-        max_in_flight: 64,
-        recovery_grace: Duration::from_secs(1),
-        recovery_interval: Duration::from_secs(1),
-        api_token: Some(TOKEN.to_owned()),
-        log: "warn".to_owned(),
-        startup_timeout: std::time::Duration::from_secs(30),
-    };
+    // The writer's defaults, from its variable definitions, with this test's topic and port.
+    let topic = f.config.kafka.messages_topic.clone();
+    let brokers = support::brokers();
+    let archiver_group = format!("{topic}.archiver");
+    let mut config = qim_runtime::env::resolve_pairs::<WriterEnv>(&[
+        ("QIM_KAFKA_BROKERS", &brokers),
+        ("QIM_MESSAGES_TOPIC", &topic),
+        ("QIM_ARCHIVER_GROUP", &archiver_group),
+        ("QIM_WRITER_HTTP_ADDR", "127.0.0.1:0"),
+        ("QIM_RECOVERY_GRACE_SECS", "1"),
+        ("QIM_RECOVERY_INTERVAL_SECS", "1"),
+        ("QIM_API_TOKEN", TOKEN),
+        ("QIM_LOG", "warn"),
+    ])
+    .expect("the writer's test configuration");
+    config.backend = backend;
     let stop_writer = tokio_util::sync::CancellationToken::new();
     let writer = qim_writer::serve::start(config, stop_writer.clone()).await.expect("the writer starts");
     let w = format!("http://{}", writer.addr);
