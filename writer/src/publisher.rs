@@ -8,11 +8,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use qim_runtime::kafka::messages::message_record;
 use qim_store::message::{MessageRecord, Publication};
-use qim_store::topic::{encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
+use qim_store::topic::encode_message;
 use rdkafka::config::ClientConfig;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::util::Timeout;
 
 /// How long one delivery may take before the commit gives up (the recovery loop retries).
@@ -76,10 +76,7 @@ impl KafkaPublisher {
 impl Publish for KafkaPublisher {
     async fn publish(&self, record: &MessageRecord) -> Result<Publication, PublishError> {
         let m = encode_message(record);
-        let headers = OwnedHeaders::new()
-            .insert(Header { key: HEADER_SCHEMA, value: Some(m.schema.as_bytes()) })
-            .insert(Header { key: HEADER_MESSAGE_ID, value: Some(m.message_id.as_bytes()) });
-        let record = FutureRecord::to(&self.topic).key(&m.key[..]).payload(&m.value).headers(headers);
+        let record = message_record(&self.topic, &m);
         // A full local queue waits (backpressure) up to the delivery timeout instead of failing.
         match self.producer.send(record, Timeout::After(DELIVERY_TIMEOUT)).await {
             Ok(d) => Ok(Publication { partition: d.partition, offset: d.offset }),

@@ -15,13 +15,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use qim_runtime::kafka::messages::decode;
 use qim_store::ids::{ConversationId, TenantId};
 use qim_store::message::{Publication, PublishedRecord};
-use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_store::StoreError;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 /// Longest wait for one poll, metadata or offsets request while scanning.
@@ -144,9 +144,7 @@ fn scan(brokers: &str, topic: &str, archiver_group: &str) -> Result<(ByConversat
             return Err(format!("no progress reading {topic} within {SCAN_TIMEOUT:?}"));
         };
         let message = message.map_err(|e| format!("reading {topic}: {e}"))?;
-        let header =
-            |name: &str| message.headers().and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value));
-        match decode_message(message.key(), message.payload(), header(HEADER_SCHEMA), header(HEADER_MESSAGE_ID)) {
+        match decode(&message) {
             Ok(record) => {
                 scanned += 1;
                 if scanned > MAX_TAIL_RECORDS {

@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use qim_runtime::events::emit;
-use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
+use qim_runtime::kafka::messages::decode;
 use qim_store::{all_members, MembershipStore};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::message::{Message, OwnedMessage};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -297,8 +297,7 @@ async fn resolve(
     shards: u16,
     cancel: &CancellationToken,
 ) -> Option<Resolved> {
-    let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name).and_then(|h| h.value));
-    let record = match decode_message(m.key(), m.payload(), header(HEADER_SCHEMA), header(HEADER_MESSAGE_ID)) {
+    let record = match decode(m) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(partition = m.partition(), offset = m.offset(), error = %e, "undecodable message");

@@ -1,7 +1,7 @@
 //! What every service does with Kafka the same way: how its producers are configured, what a
 //! dead letter carries, and which partitions a topic has (the start-up check that a topic
 //! exists, readiness probes, replay and tail-scan plans); group consumers and their partition
-//! leases in [`consumer`].
+//! leases in [`consumer`]; committed messages as records in [`messages`].
 
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use rdkafka::producer::{FutureProducer, Producer};
 use qim_store::topic::{HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
 
 pub mod consumer;
+pub mod messages;
 
 /// How long a produced record may wait for the broker's acknowledgement before its delivery
 /// fails (`message.timeout.ms`; the caller retries or reports it).

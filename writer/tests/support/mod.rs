@@ -7,17 +7,17 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use qim_runtime::kafka::messages::decode;
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::message::MessageRecord;
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
-use qim_store::topic::{decode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
 use qim_writer::config::{Backend, WriterConfig};
 use qim_writer::serve::{start, RunningWriter};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
@@ -177,11 +177,7 @@ pub fn read_topic(topic: &str) -> Vec<MessageRecord> {
     consumer.assign(&list).unwrap();
     while !ends.is_empty() {
         let m = consumer.poll(timeout).expect("records within 10 s").expect("a record");
-        let header = |name: &str| m.headers().and_then(|h| h.iter().find(|x| x.key == name).and_then(|x| x.value));
-        out.push(
-            decode_message(m.key(), m.payload(), header(HEADER_SCHEMA), header(HEADER_MESSAGE_ID))
-                .expect("the writer publishes valid records"),
-        );
+        out.push(decode(&m).expect("the writer publishes valid records"));
         if ends.get(&m.partition()).is_some_and(|h| m.offset() + 1 >= *h) {
             ends.remove(&m.partition());
         }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use qim_mailbox_dispatcher::backend::{self, Stores};
 use qim_mailbox_dispatcher::config::{Backend, DispatcherConfig, KafkaConfig};
 use qim_mailbox_dispatcher::serve::{start_with, RunningDispatcher};
+use qim_runtime::kafka::messages::message_record;
 use qim_store::codec::encode_manifest;
 use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
 use qim_store::mailbox::{DispatchManifest, LaneId, MailboxRetention, MailboxSeq, ShardEpoch, ShardId, LANES};
@@ -18,7 +19,7 @@ use qim_store::message::{MessageKind, MessageRecord};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionClass;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
-use qim_store::topic::{dispatch_key, encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
+use qim_store::topic::{dispatch_key, encode_message};
 use qim_store::{MailboxStore, MembershipStore};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
@@ -206,10 +207,7 @@ impl Fixture {
     /// Produces a committed message as the writer does.
     pub async fn produce_message(&self, record: &MessageRecord) {
         let m = encode_message(record);
-        let headers = OwnedHeaders::new()
-            .insert(Header { key: HEADER_SCHEMA, value: Some(m.schema.as_bytes()) })
-            .insert(Header { key: HEADER_MESSAGE_ID, value: Some(m.message_id.as_bytes()) });
-        let r = FutureRecord::to(&self.config.kafka.messages_topic).key(&m.key[..]).payload(&m.value).headers(headers);
+        let r = message_record(&self.config.kafka.messages_topic, &m);
         self.producer.send(r, Timeout::After(Duration::from_secs(30))).await.expect("producing a message");
     }
 
@@ -226,8 +224,7 @@ impl Fixture {
     /// Produces arbitrary bytes to a dispatch partition, with the header [`TEST_HEADER`]; returns
     /// the offset.
     pub async fn produce_raw_dispatch(&self, partition: i32, key: &[u8], value: &[u8]) -> u64 {
-        let headers = rdkafka::message::OwnedHeaders::new()
-            .insert(rdkafka::message::Header { key: TEST_HEADER, value: Some(TEST_HEADER_VALUE) });
+        let headers = OwnedHeaders::new().insert(Header { key: TEST_HEADER, value: Some(TEST_HEADER_VALUE) });
         let r = FutureRecord::to(&self.config.kafka.dispatch_topic)
             .partition(partition)
             .key(key)

@@ -11,17 +11,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use qim_archiver::config::{ArchiverConfig, BatchLimits};
+use qim_runtime::kafka::messages::message_record;
 use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
 use qim_store::message::{MessageKind, MessageRecord};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::scylla::schema::{hour_bucket, SEQ_BUCKET_SIZE};
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
-use qim_store::topic::{encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
+use qim_store::topic::encode_message;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use rdkafka::ClientConfig;
 use scylla::client::session::Session;
 use scylla::statement::prepared::PreparedStatement;
@@ -79,11 +79,8 @@ pub async fn fill_topic(brokers: &str, topic: &str, records: &[MessageRecord]) -
     let mut pending = Vec::with_capacity(records.len());
     for r in records {
         let m = encode_message(r);
-        let headers = OwnedHeaders::new()
-            .insert(Header { key: HEADER_SCHEMA, value: Some(m.schema.as_bytes()) })
-            .insert(Header { key: HEADER_MESSAGE_ID, value: Some(m.message_id.as_bytes()) });
-        let record = FutureRecord::to(topic).key(&m.key[..]).payload(&m.value).headers(headers);
-        pending.push(producer.send_result(record).map_err(|(e, _)| anyhow::anyhow!("queueing: {e}"))?);
+        pending
+            .push(producer.send_result(message_record(topic, &m)).map_err(|(e, _)| anyhow::anyhow!("queueing: {e}"))?);
     }
     for p in pending {
         p.await?.map_err(|(e, _)| anyhow::anyhow!("delivering: {e}"))?;

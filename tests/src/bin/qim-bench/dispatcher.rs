@@ -25,6 +25,7 @@ use anyhow::{bail, Context};
 use qim_mailbox_dispatcher::backend;
 use qim_mailbox_dispatcher::config::{Backend, DispatcherConfig, KafkaConfig};
 use qim_mailbox_dispatcher::serve::start_with;
+use qim_runtime::kafka::messages::message_record;
 use qim_store::codec::encode_event_group;
 use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
 use qim_store::mailbox::{shard_of, EventGroup, LaneId, MailboxRetention, MailboxSeq, ShardEpoch, ShardId};
@@ -32,14 +33,13 @@ use qim_store::message::{MessageKind, MessageRecord};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionClass;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
-use qim_store::topic::{encode_message, HEADER_MESSAGE_ID, HEADER_SCHEMA};
+use qim_store::topic::encode_message;
 use qim_store::MailboxStore;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use tokio_util::sync::CancellationToken;
 
 use super::{drive, Args, Measurement};
@@ -172,11 +172,11 @@ async fn produce(producer: &FutureProducer, topic: &str, records: &[MessageRecor
     let mut deliveries = Vec::with_capacity(records.len());
     for r in records {
         let m = encode_message(r);
-        let headers = OwnedHeaders::new()
-            .insert(Header { key: HEADER_SCHEMA, value: Some(m.schema.as_bytes()) })
-            .insert(Header { key: HEADER_MESSAGE_ID, value: Some(m.message_id.as_bytes()) });
-        let record = FutureRecord::to(topic).key(&m.key[..]).payload(&m.value).headers(headers);
-        deliveries.push(producer.send_result(record).map_err(|(e, _)| anyhow::anyhow!("enqueueing a message: {e}"))?);
+        deliveries.push(
+            producer
+                .send_result(message_record(topic, &m))
+                .map_err(|(e, _)| anyhow::anyhow!("enqueueing a message: {e}"))?,
+        );
     }
     for d in deliveries {
         d.await?.map_err(|(e, _)| anyhow::anyhow!("producing a message: {e}"))?;
