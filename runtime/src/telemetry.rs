@@ -1,5 +1,7 @@
 //! Logs and metrics initialisation.
 
+use std::sync::OnceLock;
+
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Latency buckets (seconds) for every `*_seconds` histogram: 0.5 ms to 10 s.
@@ -13,15 +15,19 @@ pub fn init_logs(filter: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Installs the process-wide Prometheus recorder and returns the handle `/metrics` renders.
-/// A second call (tests starting several services in one process) builds a recorder that is
-/// not installed globally, so its handle renders only what was recorded through it.
+/// The process-wide Prometheus recorder, installed by the first call; every call returns a
+/// handle to it. A process runs one service, so `/metrics` renders that service's metrics;
+/// tests that start several services in one process see the sum of theirs.
 pub fn install_metrics() -> PrometheusHandle {
-    let builder = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
-        .expect("the bucket list is not empty");
-    match builder.install_recorder() {
-        Ok(handle) => handle,
-        Err(_) => PrometheusBuilder::new().build_recorder().handle(),
-    }
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_owned()), LATENCY_BUCKETS)
+                .expect("the bucket list is not empty");
+            // Refused only when a recorder that is not qim's was installed first: `/metrics`
+            // then renders an empty page rather than the process failing.
+            builder.install_recorder().unwrap_or_else(|_| PrometheusBuilder::new().build_recorder().handle())
+        })
+        .clone()
 }

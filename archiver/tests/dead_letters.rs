@@ -2,7 +2,7 @@
 //! counted, and the stream continues past them: the valid records around them are archived
 //! and the committed offset passes everything.
 
-use crate::support;
+mod support;
 
 use std::time::Duration;
 
