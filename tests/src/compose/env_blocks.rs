@@ -72,6 +72,9 @@ pub const SETTINGS: &[Setting] = &[
 const SHARED_ANCHOR: &str = "x-qim-env: &qim-env";
 /// The line that opens the rest of a service's block, after the shared merge.
 const SHARED_MERGE: &str = "      <<: *qim-env";
+/// The indentation of a variable in the shared block, and in a service's block.
+const SHARED_INDENT: &str = "  ";
+const SERVICE_INDENT: &str = "      ";
 
 fn long_running() -> impl Iterator<Item = &'static Ours> {
     OURS.iter().filter(|o| o.long_running)
@@ -116,13 +119,13 @@ pub fn generate(text: &str) -> Result<String, String> {
     }
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     let writer = long_running().next().ok_or("no long-running service")?;
-    let shared = block(writer, read_by_all, "  ");
-    replace_after(&mut lines, |l| l == SHARED_ANCHOR, 0, shared)?;
+    let shared = block(writer, read_by_all, SHARED_INDENT);
+    replace_after(&mut lines, |l| l == SHARED_ANCHOR, 0, SHARED_INDENT.len(), shared)?;
     for ours in long_running() {
-        let own = block(ours, |n| !read_by_all(n), "      ");
+        let own = block(ours, |n| !read_by_all(n), SERVICE_INDENT);
         let header = format!("  {}:", ours.service);
         let start = lines.iter().position(|l| *l == header).ok_or(format!("no service {}", ours.service))?;
-        replace_after(&mut lines, |l| l == SHARED_MERGE, start, own)
+        replace_after(&mut lines, |l| l == SHARED_MERGE, start, SERVICE_INDENT.len(), own)
             .map_err(|e| format!("service {}: {e}", ours.service))?;
     }
     let mut out = lines.join("\n");
@@ -133,16 +136,16 @@ pub fn generate(text: &str) -> Result<String, String> {
 }
 
 /// Replaces the lines after the first line at or after `from` for which `opens` holds, up to
-/// (not including) the first line indented less than the block, or blank, by `block`.
+/// (not including) the first blank line or line indented less than `depth`, by `block`.
 fn replace_after(
     lines: &mut Vec<String>,
     opens: impl Fn(&str) -> bool,
     from: usize,
+    depth: usize,
     block: Vec<String>,
 ) -> Result<(), String> {
     let open = (from..lines.len()).find(|&i| opens(&lines[i])).ok_or("the block's opening line is missing")?;
     let indent = |l: &str| l.len() - l.trim_start().len();
-    let depth = indent(&lines[open]) + if lines[open].ends_with("&qim-env") { 2 } else { 0 };
     let end = (open + 1..lines.len())
         .find(|&i| lines[i].trim().is_empty() || indent(&lines[i]) < depth)
         .unwrap_or(lines.len());
@@ -166,11 +169,11 @@ mod tests {
     fn a_block_ends_at_a_blank_or_shallower_line() {
         let mut lines: Vec<String> =
             ["x-qim-env: &qim-env", "  A: 1", "  # c", "  B: 2", "", "next:"].map(str::to_owned).to_vec();
-        replace_after(&mut lines, |l| l == SHARED_ANCHOR, 0, vec!["  C: 3".to_owned()]).unwrap();
+        replace_after(&mut lines, |l| l == SHARED_ANCHOR, 0, 2, vec!["  C: 3".to_owned()]).unwrap();
         assert_eq!(lines, ["x-qim-env: &qim-env", "  C: 3", "", "next:"]);
         let mut svc: Vec<String> =
             ["    environment:", SHARED_MERGE, "      A: 1", "    ports:"].map(str::to_owned).to_vec();
-        replace_after(&mut svc, |l| l == SHARED_MERGE, 0, vec![]).unwrap();
+        replace_after(&mut svc, |l| l == SHARED_MERGE, 0, 6, vec![]).unwrap();
         assert_eq!(svc, ["    environment:", SHARED_MERGE, "    ports:"]);
     }
 }
