@@ -1,7 +1,9 @@
 //! Kafka topics for tests: created, then waited for until the broker's metadata shows every
 //! partition with a leader, so a service started right after never meets
-//! `UNKNOWN_TOPIC_OR_PART`. The first creation of each process deletes the topics finished test
-//! processes left ([`sweep_leftover_topics`]): thousands of them slow every metadata request.
+//! `UNKNOWN_TOPIC_OR_PART`. Thousands of leftover topics slow every metadata request, so the
+//! test command deletes those finished test processes left before and after its run
+//! (`qim-test-sweep`), and under `cargo test` the first creation of each process does
+//! ([`sweep_leftover_topics`]).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -12,7 +14,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use crate::stack::{abandoned, kafka_config, unique_name_origin, START_HINT};
+use crate::stack::{abandoned, kafka_config, swept_by_the_runner, unique_name_origin, MIN_AGE, START_HINT};
 
 /// How long a topic may take to be created and to get a leader for every partition.
 pub const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -26,11 +28,13 @@ pub const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`TOPIC_READY_TIMEOUT`]; the message names the topic and [`START_HINT`].
 pub async fn create_topics_with(config: &ClientConfig, topics: &[(&str, i32)]) -> anyhow::Result<()> {
     static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    SWEPT
-        .get_or_init(|| async {
-            sweep_leftover_topics(config).await;
-        })
-        .await;
+    if !swept_by_the_runner() {
+        SWEPT
+            .get_or_init(|| async {
+                sweep_leftover_topics(config, MIN_AGE).await;
+            })
+            .await;
+    }
     let admin: AdminClient<DefaultClientContext> = config.create().context("creating a Kafka admin client")?;
     let new: Vec<NewTopic<'_>> = topics.iter().map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1))).collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -95,9 +99,10 @@ fn wait_until_led(config: &ClientConfig, topics: &[(String, usize)]) -> anyhow::
 }
 
 /// Deletes every topic named by [`unique_name`](crate::stack::unique_name) (optionally with a
-/// `.suffix`) whose process has exited and that is older than [`MIN_AGE`](crate::stack::MIN_AGE);
-/// returns how many. Failures are reported on stderr and skipped: a sweep never fails a test.
-pub async fn sweep_leftover_topics(config: &ClientConfig) -> usize {
+/// `.suffix`) whose process has exited and that is older than `min_age` (tests pass
+/// [`MIN_AGE`]); returns how many. Failures are reported on stderr and skipped: a sweep never
+/// fails a test.
+pub async fn sweep_leftover_topics(config: &ClientConfig, min_age: Duration) -> usize {
     let metadata_config = config.clone();
     let listed = tokio::task::spawn_blocking(move || -> anyhow::Result<Vec<String>> {
         let consumer: BaseConsumer = metadata_config.create()?;
@@ -113,7 +118,7 @@ pub async fn sweep_leftover_topics(config: &ClientConfig) -> usize {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     let leftovers: Vec<&str> = names
         .iter()
-        .filter(|name| unique_name_origin(name).is_some_and(|origin| abandoned(origin, now)))
+        .filter(|name| unique_name_origin(name).is_some_and(|origin| abandoned(origin, now, min_age)))
         .map(String::as_str)
         .collect();
     if leftovers.is_empty() {

@@ -7,7 +7,7 @@
 //!   and the topics of exited test processes deleted.
 //! - [`metrics`]: a service's `/metrics` text read back by metric name and labels.
 //! - [`redis`]: a test's key namespace deleted at once.
-//! - [`scylla`]: test keyspaces that finished test processes left behind, dropped.
+//! - [`scylla`]: dropping a test keyspace, and those that finished test processes left behind.
 
 pub mod kafka;
 pub mod metrics;

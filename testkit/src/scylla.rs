@@ -1,12 +1,17 @@
-//! Test keyspaces that finished test processes left behind, dropped.
+//! Dropping test keyspaces: one by name ([`drop_keyspace`]) and those that finished test
+//! processes left behind ([`sweep_leftover_keyspaces`]).
 //!
 //! A test binary has no hook to drop its keyspaces at exit, and a single-node Cassandra with a
 //! small heap runs out of memory after a few hundred of them (each holds the full schema). So the
+//! test command sweeps before and after its run (`qim-test-sweep`), and under `cargo test` the
 //! first test of each process that makes keyspaces sweeps those of earlier processes.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
 use scylla::client::session::Session;
+use scylla::statement::Statement;
 
 use crate::stack::{abandoned, unique_name_origin, Origin};
 
@@ -23,10 +28,41 @@ pub fn origin(name: &str) -> Option<Origin> {
     unique_name_origin(name.strip_prefix("e2e_")?)
 }
 
+/// Bound on one `DROP KEYSPACE`: the server flushes and deletes every table, then the driver
+/// awaits schema agreement, which takes well over an ordinary request's 30 s on a single node
+/// that several test binaries load at once (the store's own schema changes use the same bound).
+const DROP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many times a drop is sent; `DROP KEYSPACE IF EXISTS` is idempotent, so sending it again
+/// after a timeout whose drop did apply is harmless.
+const DROP_ATTEMPTS: usize = 3;
+
+/// Drops `name` if it exists, waiting up to a minute per attempt and sending the drop again on
+/// a failure.
+///
+/// # Errors
+///
+/// Every attempt failed (the last error, with the keyspace's name as context).
+pub async fn drop_keyspace(session: &Session, name: &str) -> anyhow::Result<()> {
+    let send = || async {
+        let mut stmt = Statement::new(format!("DROP KEYSPACE IF EXISTS {name}"));
+        stmt.set_request_timeout(Some(DROP_TIMEOUT));
+        session.query_unpaged(stmt, ()).await
+    };
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_times(DROP_ATTEMPTS - 1)
+        .with_jitter();
+    send.retry(backoff)
+        .notify(|e, after| eprintln!("warning: dropping keyspace {name} failed ({e}); sending it again in {after:?}"))
+        .await
+        .with_context(|| format!("dropping keyspace {name}"))?;
+    Ok(())
+}
+
 /// Drops every generated test keyspace whose process has exited and that is older than
-/// [`MIN_AGE`](crate::stack::MIN_AGE); returns how many were dropped. Failures are reported on stderr and skipped: a
-/// sweep never fails a test.
-pub async fn sweep_leftover_keyspaces(session: &Session) -> usize {
+/// `min_age` (tests pass [`MIN_AGE`](crate::stack::MIN_AGE)); returns how many were dropped.
+/// Failures are reported on stderr and skipped: a sweep never fails a test.
+pub async fn sweep_leftover_keyspaces(session: &Session, min_age: Duration) -> usize {
     let names = match session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await {
         Ok(result) => match result.into_rows_result() {
             Ok(rows) => match rows.rows::<(String,)>() {
@@ -41,12 +77,12 @@ pub async fn sweep_leftover_keyspaces(session: &Session) -> usize {
     let mut dropped = 0;
     for name in names {
         let Some(origin) = origin(&name) else { continue };
-        if !abandoned(origin, now) {
+        if !abandoned(origin, now, min_age) {
             continue;
         }
-        match session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {name}"), &[]).await {
-            Ok(_) => dropped += 1,
-            Err(e) => eprintln!("warning: could not drop leftover test keyspace {name}: {e}"),
+        match drop_keyspace(session, &name).await {
+            Ok(()) => dropped += 1,
+            Err(e) => eprintln!("warning: could not drop leftover test keyspace: {e:#}"),
         }
     }
     if dropped > 0 {

@@ -141,16 +141,23 @@ pub fn unique_name_origin(name: &str) -> Option<Origin> {
     Some(Origin { pid: pid.parse().ok()?, created: Duration::from_millis(millis) })
 }
 
-/// Test resources are swept only once their creator has exited and they are older than this:
-/// a test of another run on the same stack still uses its own.
+/// Test resources a test sweeps are older than this as well as left by an exited process: a
+/// test of another machine's run on the same stack still uses its own.
 pub const MIN_AGE: Duration = Duration::from_secs(10 * 60);
 
 /// Whether what `origin` made may be deleted at `now` (since the Unix epoch): older than
-/// [`MIN_AGE`] and its process no longer runs on this machine (Linux: `/proc/<pid>`; elsewhere
+/// `min_age` and its process no longer runs on this machine (Linux: `/proc/<pid>`; elsewhere
 /// nothing is ever swept).
-pub fn abandoned(origin: Origin, now: Duration) -> bool {
+pub fn abandoned(origin: Origin, now: Duration, min_age: Duration) -> bool {
     let running = origin.pid == std::process::id() || std::path::Path::new(&format!("/proc/{}", origin.pid)).exists();
-    cfg!(target_os = "linux") && !running && now.saturating_sub(origin.created) >= MIN_AGE
+    cfg!(target_os = "linux") && !running && now.saturating_sub(origin.created) >= min_age
+}
+
+/// Whether this test runs under cargo-nextest (`NEXTEST_RUN_ID`), whose runner, the test
+/// command, sweeps leftovers before and after the run (`qim-test-sweep`): its tests, one
+/// process each, then leave sweeping alone instead of each sweeping on its own.
+pub fn swept_by_the_runner() -> bool {
+    std::env::var_os("NEXTEST_RUN_ID").is_some_and(|run| !run.is_empty())
 }
 
 /// A librdkafka config with `bootstrap.servers` set to [`kafka_brokers`] and the TCP connection
@@ -305,11 +312,14 @@ mod tests {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
         let old = now - MIN_AGE - Duration::from_secs(1);
         let me = std::process::id();
-        assert!(!abandoned(Origin { pid: me, created: old }, now), "this process still runs");
+        assert!(!abandoned(Origin { pid: me, created: old }, now, MIN_AGE), "this process still runs");
+        assert!(!abandoned(Origin { pid: me, created: old }, now, Duration::ZERO), "this process still runs");
         // pid_max on Linux is at most 2^22, so this pid never runs.
         let gone = 4_194_304 + 17;
-        assert_eq!(abandoned(Origin { pid: gone, created: old }, now), cfg!(target_os = "linux"));
-        assert!(!abandoned(Origin { pid: gone, created: now - Duration::from_secs(5) }, now), "too young");
+        assert_eq!(abandoned(Origin { pid: gone, created: old }, now, MIN_AGE), cfg!(target_os = "linux"));
+        let young = Origin { pid: gone, created: now - Duration::from_secs(5) };
+        assert!(!abandoned(young, now, MIN_AGE), "too young");
+        assert_eq!(abandoned(young, now, Duration::ZERO), cfg!(target_os = "linux"), "no age asked for");
     }
 
     #[test]

@@ -27,7 +27,7 @@ async fn topics_of_exited_test_processes_are_deleted_and_live_ones_kept() {
     let live = format!("{}.messages", unique_name("sweep"));
     let config = kafka_config();
     kafka::create_topics_with(&config, &[(abandoned.as_str(), 1), (live.as_str(), 1)]).await.unwrap();
-    assert!(kafka::sweep_leftover_topics(&config).await >= 1);
+    assert!(kafka::sweep_leftover_topics(&config, MIN_AGE).await >= 1);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let now = topics();
@@ -52,13 +52,13 @@ async fn keyspaces_of_exited_test_processes_are_dropped_and_others_kept() {
         );
         session.query_unpaged(cql, &[]).await.unwrap();
     }
-    assert!(scylla::sweep_leftover_keyspaces(&session).await >= 1);
+    assert!(scylla::sweep_leftover_keyspaces(&session, MIN_AGE).await >= 1);
     let rows = session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await.unwrap();
     let names: Vec<String> =
         rows.into_rows_result().unwrap().rows::<(String,)>().unwrap().map(|r| r.unwrap().0).collect();
     assert!(!names.contains(&abandoned), "{abandoned} was not dropped");
     assert!(names.contains(&live) && names.contains(&user.to_owned()), "a live or user keyspace was dropped");
     for ks in [live.as_str(), user] {
-        session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {ks}"), &[]).await.unwrap();
+        qim_testkit::scylla::drop_keyspace(&session, ks).await.unwrap();
     }
 }

@@ -217,11 +217,13 @@ impl PipelineEnv {
     pub async fn migrate(&self) -> anyhow::Result<()> {
         static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
         let session = stack::connect_scylla().await?;
-        SWEPT
-            .get_or_init(|| async {
-                qim_testkit::scylla::sweep_leftover_keyspaces(&session).await;
-            })
-            .await;
+        if !stack::swept_by_the_runner() {
+            SWEPT
+                .get_or_init(|| async {
+                    qim_testkit::scylla::sweep_leftover_keyspaces(&session, stack::MIN_AGE).await;
+                })
+                .await;
+        }
         let vars = self.service_env(ServiceKind::Archiver);
         let lookup = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         qim_runtime::admin::migrate_from(&lookup)
