@@ -131,8 +131,14 @@ fn keyspace(var: &'static str, raw: &str) -> Result<String, ScyllaConfigError> {
 
 /// A per-process test keyspace name: `qim_test_<pid>_<nanos>` (at most 48 characters).
 pub fn generated_test_keyspace() -> String {
+    test_keyspace_owned_by(std::process::id())
+}
+
+/// A test keyspace name owned by process `pid`: `qim_test_<pid>_<nanos>`, which the sweep of
+/// leftover keyspaces leaves alone while `pid` runs.
+pub fn test_keyspace_owned_by(pid: u32) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("qim_test_{}_{}", std::process::id(), nanos % 10u128.pow(19))
+    format!("qim_test_{pid}_{}", nanos % 10u128.pow(19))
 }
 
 impl ScyllaConfig {

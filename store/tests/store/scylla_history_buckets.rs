@@ -29,7 +29,7 @@ use qim_store::{ErrorKind, MessageStore};
 use scylla_support::{Keyspace, Scylla};
 
 /// This file's keyspace (see [`Keyspace`]).
-static KEYSPACE: Keyspace = Keyspace::new();
+static KEYSPACE: Keyspace = Keyspace::new("scylla_history_buckets");
 
 const HOUR: i64 = 3_600_000;
 const BUCKET: u64 = qim_store::scylla::schema::SEQ_BUCKET_SIZE;

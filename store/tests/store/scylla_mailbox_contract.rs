@@ -2,13 +2,13 @@
 //!
 //! Needs a running Cassandra (or ScyllaDB) named by `QIM_TEST_SCYLLA_HOSTS` (with `_DC` and
 //! `_RF`; `deploy/local/test` sets them for the stack that `deploy/local/stack up` starts). An unreachable server fails the tests;
-//! they never skip. Each test process creates one keyspace (`qim_mbx_t_<unix secs>_<pid>`,
-//! NetworkTopologyStrategy in the node's data center, RF 1) and runs the mailbox DDL in it once;
-//! keyspaces of this suite older than 20 minutes are dropped on the way (a run takes well under a minute).
+//! they never skip. The suite runs in one keyspace per test run (`scylla_support::Keyspace`).
+
+use crate::scylla_support;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use qim_store::clock::ManualClock;
@@ -19,20 +19,13 @@ use qim_store::testsuite::MailboxHarness;
 use qim_store::MailboxStore;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla_support::Keyspace;
 
 const HOSTS_VAR: &str = "QIM_TEST_SCYLLA_HOSTS";
-const KEYSPACE_PREFIX: &str = "qim_mbx_t_";
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The keyspace of this test process, and whether its tables exist yet.
-static KEYSPACE: tokio::sync::Mutex<Option<String>> = tokio::sync::Mutex::const_new(None);
-
-/// The test cluster named by `QIM_TEST_SCYLLA_HOSTS`/`_DC`/`_RF` (required: the tests fail,
-/// naming the variable, when it is not set; `deploy/local/test` sets it for the local stack).
-fn hosts() -> String {
-    let config = qim_store::scylla::ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("test configuration: {e}"));
-    config.hosts.join(",")
-}
+/// This file's keyspace (see [`Keyspace`]): the whole schema, the mailbox tables among it.
+static KEYSPACE: Keyspace = Keyspace::new("scylla_mailbox_contract");
 
 /// A session to `hosts`, or an error naming Cassandra, the address and how to start it.
 async fn connect(hosts: &str) -> Result<Session, String> {
@@ -62,52 +55,12 @@ async fn exec(session: &Session, cql: String) {
     session.query_unpaged(cql.clone(), &[]).await.unwrap_or_else(|e| panic!("`{cql}` failed: {e}"));
 }
 
-/// A session (panicking loudly when Cassandra is down) and this process's keyspace, created with
-/// the mailbox tables on first use.
+/// A session (panicking loudly when Cassandra is down) and this file's keyspace, migrated once
+/// per run.
 async fn session_and_keyspace() -> (Arc<Session>, String) {
-    let session = connect(&hosts()).await.unwrap_or_else(|e| panic!("{e}"));
-    let mut ks = KEYSPACE.lock().await;
-    if ks.is_none() {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_secs();
-        drop_stale_keyspaces(&session, now).await;
-        let (dc,) = session
-            .query_unpaged("SELECT data_center FROM system.local", &[])
-            .await
-            .expect("reading the local data center")
-            .into_rows_result()
-            .expect("system.local rows")
-            .single_row::<(String,)>()
-            .expect("one system.local row");
-        let name = format!("{KEYSPACE_PREFIX}{now}_{}", std::process::id());
-        exec(
-            &session,
-            format!("CREATE KEYSPACE IF NOT EXISTS {name} WITH replication = {{'class': 'NetworkTopologyStrategy', '{dc}': 1}}"),
-        )
-        .await;
-        for ddl in mailbox_table_ddl(&name) {
-            exec(&session, ddl).await;
-        }
-        *ks = Some(name);
-    }
-    (Arc::new(session), ks.clone().expect("set above"))
-}
-
-/// Drops keyspaces of earlier runs of this suite (older than 20 minutes).
-async fn drop_stale_keyspaces(session: &Session, now: u64) {
-    let Ok(result) = session.query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", &[]).await else {
-        return;
-    };
-    let Ok(rows) = result.into_rows_result() else { return };
-    let Ok(names) = rows.rows::<(String,)>() else { return };
-    for (name,) in names.flatten() {
-        let secs =
-            name.strip_prefix(KEYSPACE_PREFIX).and_then(|r| r.split('_').next()).and_then(|s| s.parse::<u64>().ok());
-        if secs.is_some_and(|s| s + 1200 < now) {
-            if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {name}"), &[]).await {
-                eprintln!("warning: could not drop stale keyspace {name}: {e}");
-            }
-        }
-    }
+    let session = scylla_support::connect(KEYSPACE.config()).await;
+    KEYSPACE.migrated(&session).await;
+    (Arc::new(session), KEYSPACE.config().keyspace.clone())
 }
 
 async fn open_store(

@@ -24,7 +24,7 @@ use scylla::client::session::Session;
 use scylla_support::Keyspace;
 
 /// This file's keyspace (see [`Keyspace`]).
-static KEYSPACE: Keyspace = Keyspace::new();
+static KEYSPACE: Keyspace = Keyspace::new("scylla_mailbox_lifecycle");
 
 const EPOCH: ShardEpoch = ShardEpoch(1);
 

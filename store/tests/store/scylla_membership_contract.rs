@@ -18,7 +18,7 @@ use qim_store::MembershipStore;
 use scylla_support::{connect, describe, Keyspace};
 
 /// This file's keyspace (see [`Keyspace`]).
-static KEYSPACE: Keyspace = Keyspace::new();
+static KEYSPACE: Keyspace = Keyspace::new("scylla_membership_contract");
 
 /// A store on its own session (each test has its own runtime) in the migrated test keyspace.
 async fn open_store() -> ScyllaMembershipStore {

@@ -23,7 +23,7 @@ use scylla::client::session::Session;
 use scylla_support::{connect, describe, Keyspace, Scylla};
 
 /// This file's keyspace (see [`Keyspace`]).
-static KEYSPACE: Keyspace = Keyspace::new();
+static KEYSPACE: Keyspace = Keyspace::new("scylla_message_contract");
 
 mod contract {
     use super::*;
@@ -44,8 +44,8 @@ fn fresh_config(tag: &str) -> ScyllaConfig {
 }
 
 async fn drop_keyspace(session: &Session, keyspace: &str) {
-    if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), &[]).await {
-        eprintln!("warning: could not drop test keyspace {keyspace}: {e}");
+    if let Err(e) = qim_testkit::scylla::drop_keyspace(session, keyspace).await {
+        eprintln!("warning: could not drop the test keyspace: {e:#}");
     }
 }
 

@@ -33,7 +33,7 @@ use scylla_support::Keyspace;
 use shared_redis::{unique_namespace, unreachable, url as redis_url, Cleanup};
 
 /// This file's keyspace (see [`Keyspace`]).
-static KEYSPACE: Keyspace = Keyspace::new();
+static KEYSPACE: Keyspace = Keyspace::new("tiered_message_store");
 
 const MINUTE: i64 = 60_000;
 
@@ -361,13 +361,15 @@ async fn a_conversation_whose_archived_records_all_expired_still_never_reissues(
         records.push(commit.intent.record(policy.expires_at(RetentionClass::Default, commit.intent.created_at)));
     }
     archive.archive_records(&published(&records), 8).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(2_100)).await;
     let rows = format!(
         "SELECT conversation_seq FROM {}.history_index WHERE tenant_id = ? AND conversation_id = ?",
         archive.config().keyspace
     );
-    let left = archive.session().query_unpaged(rows, (t.0.to_vec(), c.0.to_vec())).await.unwrap();
-    assert_eq!(left.into_rows_result().unwrap().rows_num(), 0, "every archived row expired");
+    scylla_support::wait_until("every archived row to expire", std::time::Duration::from_secs(10), || async {
+        let left = archive.session().query_unpaged(rows.clone(), (t.0.to_vec(), c.0.to_vec())).await.unwrap();
+        left.into_rows_result().unwrap().rows_num() == 0
+    })
+    .await;
     shared_redis::wipe(&namespace);
     sent.set(UnixMillis::now());
     let next = commit_fully(&hot, &sized_request(t, 6, c, RetentionClass::Default)).await;

@@ -23,7 +23,7 @@ use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::config::generated_test_keyspace;
 use qim_store::scylla::schema::SEQ_BUCKET_SIZE;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig, ScyllaMessageStore};
-use qim_store::testsuite::MessageHarness;
+use qim_store::testsuite::{scylla_keyspace, MessageHarness};
 use qim_store::{MessageStore, StoreError};
 use scylla::client::session::Session;
 
@@ -34,18 +34,20 @@ fn base_config() -> &'static ScyllaConfig {
     CONFIG.get_or_init(|| ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("test configuration: {e}")))
 }
 
-/// One test file's keyspace, named and migrated once per process: each file's tests share it,
-/// and no other file's tests write to it (the recovery cursor follows the clocks of the stores
-/// that scan it, so suites with different clocks must not share one). A set
-/// `QIM_TEST_SCYLLA_KEYSPACE` is used by every file as it is.
+/// One test file's keyspace, named and migrated once per run (see
+/// `qim_store::testsuite::scylla_keyspace`: the process under `cargo test`, every process of a
+/// nextest run): each file's tests share it, and no other file's tests write to it (the recovery
+/// cursor follows the clocks of the stores that scan it, so suites with different clocks must not
+/// share one). A set `QIM_TEST_SCYLLA_KEYSPACE` is used by every file as it is.
 pub struct Keyspace {
+    /// The file's name among the run's keyspaces.
+    label: &'static str,
     config: OnceLock<ScyllaConfig>,
-    migrated: tokio::sync::OnceCell<()>,
 }
 
 impl Keyspace {
-    pub const fn new() -> Self {
-        Self { config: OnceLock::new(), migrated: tokio::sync::OnceCell::const_new() }
+    pub const fn new(label: &'static str) -> Self {
+        Self { label, config: OnceLock::new() }
     }
 
     /// The configuration of this file's keyspace.
@@ -53,36 +55,30 @@ impl Keyspace {
         self.config.get_or_init(|| {
             let mut config = base_config().clone();
             if std::env::var_os("QIM_TEST_SCYLLA_KEYSPACE").is_none() {
-                config.keyspace = generated_test_keyspace();
+                config.keyspace = scylla_keyspace::run_keyspace_name(self.label);
             }
             config
         })
     }
 
-    /// Migrates this file's keyspace once (later calls wait for the first); the first migration
-    /// of the process sweeps the keyspaces earlier runs left behind.
-    pub async fn migrated(&self, session: &Session) {
-        self.migrated
-            .get_or_init(|| async {
-                sweep_once(session).await;
-                migrate(session, self.config())
-                    .await
-                    .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", self.config().keyspace, describe(&e)));
-            })
-            .await;
+    /// Migrates this file's keyspace once per run (later calls wait for the first).
+    pub async fn migrated(&self, _session: &Session) {
+        scylla_keyspace::migrate_once_per_run(self.config()).await;
     }
 }
 
-/// Drops the keyspaces earlier runs left (once per process, before the first migration).
-async fn sweep_once(session: &Session) {
-    static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    SWEPT
-        .get_or_init(|| async {
-            if std::env::var_os("QIM_TEST_SCYLLA_KEYSPACE").is_none() {
-                qim_testkit::scylla::sweep_leftover_keyspaces(session).await;
-            }
-        })
-        .await;
+/// Polls `check` every 100 ms until it holds, or panics naming `what` after `timeout`: for
+/// rows whose TTL runs out.
+pub async fn wait_until<F, Fut>(what: &str, timeout: std::time::Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 pub fn describe(err: &StoreError) -> String {
