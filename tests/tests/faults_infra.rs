@@ -18,6 +18,8 @@ use qim_tests::workload::Plan;
 const SERVERS: [&str; 3] = ["kafka", "redis", "cassandra"];
 /// How long `stack up` may take (Cassandra's start dominates).
 const UP_WITHIN: Duration = Duration::from_secs(300);
+/// How long each killed server stays dead before the stack brings it back.
+const OUTAGE: Duration = Duration::from_secs(2);
 
 /// Brings the stack up whatever happened, so a failing run does not leave it down.
 struct StackUp;
@@ -40,11 +42,22 @@ async fn kafka_redis_and_cassandra_die_and_return_under_load() {
     let load = Load::start(p.writer.base_url(), &plan, shape).await.expect("the load starts");
     let mut faults = 0;
     for server in SERVERS {
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        // The load flows before each fault: 50 more sends acknowledged.
+        let flowing = load.acked() + 50;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        while load.acked() < flowing {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no sends acknowledged within 120 s before {server} was killed"
+            );
+            assert!(!load.is_finished(), "the load ended before {server} was killed");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         let before = load.acked();
         stack_command(&["kill", server], Duration::from_secs(60)).await.expect("the server is killed");
         faults += 1;
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The outage itself, not a wait for anything: the server stays dead this long.
+        tokio::time::sleep(OUTAGE).await;
         stack_command(&["up"], UP_WITHIN).await.expect("the stack comes back");
         // The load must go on after the server returned.
         let back = load.acked();

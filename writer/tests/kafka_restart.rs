@@ -55,7 +55,7 @@ async fn no_acknowledged_message_is_lost_across_a_kafka_restart() {
             // Kill in the background so sends are in flight while the broker dies and returns.
             tokio::task::spawn_blocking(|| {
                 stack(&["kill", "kafka"]);
-                std::thread::sleep(Duration::from_secs(2));
+                std::thread::sleep(Duration::from_secs(2)); // the outage: the broker stays dead this long
                 stack(&["up"]);
             });
         }

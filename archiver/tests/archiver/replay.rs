@@ -34,6 +34,21 @@ async fn snapshot(
     out
 }
 
+/// Waits until the rows of every expired record are gone: the archive writes them with a 1 s
+/// TTL, the smallest it has.
+async fn wait_expired_gone(session: &Session, ks: &str, records: &[MessageRecord]) {
+    let expired: Vec<_> = records.iter().filter(|r| r.is_expired(UnixMillis::now())).collect();
+    wait_for("the expired records' rows to expire", Duration::from_secs(30), || async {
+        for r in &expired {
+            if stored(session, ks, r).await.is_some() {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+}
+
 fn end_offset(topic: &str, partition: i32) -> i64 {
     let consumer: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
     consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)).unwrap().1
@@ -49,7 +64,9 @@ async fn run(config: &qim_archiver::config::ArchiverConfig, start: Start) -> (Su
 async fn replay_leaves_the_archive_identical_and_counts_what_it_did() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
     let (topic, dlq) = (create_topic("a_replay", 2).await, create_topic("a_replay_dlq", 1).await);
-    let now = UnixMillis::now();
+    // "Now" is ten seconds ago: a replay that computed a TTL from its own clock rather than from
+    // the record's expiry would end it ten seconds late, well past the two seconds allowed.
+    let now = UnixMillis::now().plus_millis(-10_000);
     let mut records = Vec::new();
     for _ in 0..6 {
         let (t, c) = (fresh(TenantId), fresh(ConversationId));
@@ -80,10 +97,9 @@ async fn replay_leaves_the_archive_identical_and_counts_what_it_did() {
     })
     .await;
     archiver.stop().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2000)).await; // expired rows (1 s TTL) are gone
+    wait_expired_gone(session, &ks, &records).await;
     let before = snapshot(session, &ks, &records).await;
 
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     let began = Instant::now();
     let (summary, progress) = run(&config, Start::Earliest).await;
     eprintln!("replay from earliest: {summary:?} in {:?}", began.elapsed());
@@ -92,7 +108,7 @@ async fn replay_leaves_the_archive_identical_and_counts_what_it_did() {
     assert_eq!(summary.archived, records.len() as u64);
     assert_eq!(summary.partitions, 2);
     assert_eq!(progress, (total as u64, total as u64), "the last progress report is complete");
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    wait_expired_gone(session, &ks, &records).await;
     let after = snapshot(session, &ks, &records).await;
     for ((r, b), a) in records.iter().zip(&before).zip(&after) {
         match (b, a) {
@@ -129,7 +145,6 @@ async fn replay_leaves_the_archive_identical_and_counts_what_it_did() {
 
     // From a timestamp: only what was produced after it.
     let split = UnixMillis::now().0;
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let later = conversation(5, &policy);
     produce(&topic, &later).await;
     let (summary, _) = run(&config, Start::Time(split)).await;

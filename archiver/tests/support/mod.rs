@@ -212,7 +212,19 @@ pub fn committed(group: &str, topic: &str, partitions: i32) -> HashMap<i32, i64>
     for p in 0..partitions {
         list.add_partition(topic, p);
     }
-    let committed = consumer.committed_offsets(list, Duration::from_secs(10)).expect("committed offsets");
+    // While the group's coordinator moves or loads (a rebalance, a broker busy with other tests'
+    // groups) the broker answers NotCoordinator or CoordinatorLoadInProgress: asked again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let committed = loop {
+        match consumer.committed_offsets(list.clone(), Duration::from_secs(10)) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("committed offsets of {group}: {e}; asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("committed offsets of {group}: {e}"),
+        }
+    };
     committed
         .elements()
         .iter()

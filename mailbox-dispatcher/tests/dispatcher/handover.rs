@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::mailbox::{shard_of, DispatchId, DispatchManifest, ShardId};
-use support::{fresh, mailbox_of, message, wait_for, watermarks, Fixture, Kind, EPOCH, SHARDS};
+use support::{fresh, mailbox_of, message, wait_for, wait_groups_settled, watermarks, Fixture, Kind, EPOCH, SHARDS};
 
 /// Two records per shard of 12 recipients each; returns the manifests and each shard's last
 /// offset.
@@ -71,7 +71,7 @@ async fn finished_then_handed_over_while_quiet(kind: Kind) {
 
     // The next owner finds nothing to read, and nothing has to move.
     let b = f.start().await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_groups_settled(&f.config.kafka, 1).await;
     b.stop().await;
     for (offset, m) in &sent {
         let seq = qim_store::mailbox::MailboxSeq::from_offset(EPOCH, *offset).unwrap();

@@ -16,7 +16,10 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use support::{add_members, fresh, mailbox_of, message, users, wait_for, watermarks, Fixture, Kind, EPOCH, SHARDS};
+use support::{
+    add_members, fresh, mailbox_of, message, users, wait_for, wait_groups_settled, watermarks, Fixture, Kind, EPOCH,
+    SHARDS,
+};
 
 const CONVERSATIONS: usize = 3;
 const MEMBERS: usize = 120;
@@ -85,9 +88,12 @@ async fn two_instances_and_a_rebalance_while_records_flow(kind: Kind) {
             sent
         })
     };
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for("the first instance routing messages", Duration::from_secs(60), || {
+        std::future::ready(!dispatch_log(&f).1.is_empty())
+    })
+    .await;
     let b = f.start().await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    wait_groups_settled(&f.config.kafka, 2).await;
     a.stop().await;
     let sent = producer.await.unwrap();
 

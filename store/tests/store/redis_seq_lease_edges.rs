@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
+use tokio::sync::Notify;
 
 use async_trait::async_trait;
 use qim_store::error::StoreResult;
@@ -20,15 +21,32 @@ use qim_store::testsuite::message::commit_fully;
 use qim_store::testsuite::private_redis::PrivateRedis;
 use qim_store::{HighWater, SeqHighWater};
 
-/// Marks whose reads take `delay` (forever when `None`) before they answer from `inner`.
+/// Marks whose reads take `delay` (forever when `None`) before they answer from `inner`; each
+/// read, as it begins, notifies `reading`.
 struct SlowMarks {
     inner: Arc<MemorySeqHighWater>,
     delay: Option<Duration>,
+    reading: Arc<Notify>,
+}
+
+impl SlowMarks {
+    fn new(inner: Arc<MemorySeqHighWater>, delay: Option<Duration>) -> (Arc<Self>, Arc<Notify>) {
+        let reading = Arc::new(Notify::new());
+        (Arc::new(Self { inner, delay, reading: reading.clone() }), reading)
+    }
+}
+
+/// Waits until a send holding the conversation's revalidation token reads the marks.
+async fn revalidating(reading: &Notify) {
+    tokio::time::timeout(Duration::from_secs(10), reading.notified())
+        .await
+        .expect("the first send began its revalidation within 10 s");
 }
 
 #[async_trait]
 impl SeqHighWater for SlowMarks {
     async fn high_water(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<HighWater> {
+        self.reading.notify_one();
         match self.delay {
             Some(delay) => tokio::time::sleep(delay).await,
             None => std::future::pending::<()>().await,
@@ -63,9 +81,10 @@ async fn a_revalidation_that_died_half_way_blocks_its_conversation_only_briefly(
     let redis = PrivateRedis::start();
     let marks = Arc::new(MemorySeqHighWater::default());
     let (t, conv) = (fresh_tenant(), fresh_conversation());
-    let stuck = open(&redis, Arc::new(SlowMarks { inner: marks.clone(), delay: None })).await;
+    let (stuck_marks, reading) = SlowMarks::new(marks.clone(), None);
+    let stuck = open(&redis, stuck_marks).await;
     let dying = tokio::spawn(async move { send(&stuck, t, conv, "m1").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    revalidating(&reading).await;
     // What SIGKILL does to a writer: it holds the token and never installs nor gives it back.
     dying.abort();
     let _ = dying.await;
@@ -82,9 +101,10 @@ async fn a_revalidation_slower_than_its_token_life_keeps_the_token() {
     let marks = Arc::new(MemorySeqHighWater::default());
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     // Slower than the token's life (6 s) unless it is renewed.
-    let slow = open(&redis, Arc::new(SlowMarks { inner: marks.clone(), delay: Some(Duration::from_secs(8)) })).await;
+    let (slow_marks, reading) = SlowMarks::new(marks.clone(), Some(Duration::from_secs(8)));
+    let slow = open(&redis, slow_marks).await;
     let first = tokio::spawn(async move { send(&slow, t, conv, "m1").await });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    revalidating(&reading).await;
     let other = open(&redis, marks).await;
     let second = send(&other, t, conv, "m2").await;
     let first = first.await.expect("the slow send finishes");

@@ -7,6 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
+use qim_testkit::metrics::Exposition;
 use support::{create_topic, free_port, fresh, read_topic, send_body, spawn_writer, wait_ready, Kind, TOKEN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,7 +35,18 @@ async fn sigterm_finishes_in_flight_commits_and_exits_zero() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(30)).await;
+    // SIGTERM once the writer has begun committing (a commit holds a permit or is done).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = http.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        let metrics = Exposition::parse(&text);
+        if metrics.sum("qim_writer_commits_in_flight", &[]) > 0.0 || metrics.sum("qim_writer_commits_total", &[]) > 0.0
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no send began committing within 10 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let term = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
     assert!(term.success());
     let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();

@@ -406,6 +406,23 @@ where
     }
 }
 
+/// Waits until the router's and the shard workers' consumer groups are each stable with
+/// `members` members: the rebalance finished and every partition has its owner.
+pub async fn wait_groups_settled(kafka: &KafkaConfig, members: usize) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", brokers()).create().unwrap();
+    for group in [kafka.router_group(), kafka.shard_group()] {
+        let what = format!("group {group} stable with {members} members");
+        wait_for(&what, Duration::from_secs(60), || {
+            let settled = consumer
+                .fetch_group_list(Some(&group), Duration::from_secs(5))
+                .is_ok_and(|list| list.groups().iter().any(|g| g.state() == "Stable" && g.members().len() == members));
+            std::future::ready(settled)
+        })
+        .await;
+    }
+}
+
 /// Polls `measure` every 100 ms until it reports done. `measure` answers `(done, progress)`,
 /// `progress` any number that grows while the work advances (a sum of watermarks). Panics naming
 /// `what` when `progress` stood still for `stall`, or after `cap` in all: slow machines get as
