@@ -2,9 +2,9 @@
 //! Docker would, for the `compose_config` drift test.
 //!
 //! Nothing here starts a container or talks to a server. The compose file is read by the
-//! Compose specification's own loader (compose-go, `deploy/compose/load`, run with `go run`);
-//! the checks compare what it resolved with the code (the other process started is `sh -c`, to
-//! run the rf3 guard script).
+//! Compose specification's own loader (compose-go, `deploy/compose/load`, built once with
+//! `go build`); the checks compare what it resolved with the code (the other process started is
+//! `sh -c`, to run the rf3 guard script).
 //!
 //! - [`project`]: the compose file as the loader resolves it, one [`project::Project`] per set of
 //!   profiles ([`Compose`]), and the helpers that read scalars, lists and `--flag value` pairs;

@@ -4,6 +4,8 @@
 //! or interpolation rules of our own: what the loader refuses fails the test with its message.
 
 use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -71,6 +73,40 @@ impl Compose {
     }
 }
 
+/// The loader (`deploy/compose/load`) built once per version of its sources, in the temporary
+/// directory: every test process of a run uses the one binary instead of paying `go run`'s link
+/// each time. Concurrent first builds each write their own file and rename it into place.
+fn loader() -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT.get_or_init(build_loader).clone()
+}
+
+fn build_loader() -> Result<PathBuf, String> {
+    let src = compose_dir().join("load");
+    let mut hasher = std::hash::DefaultHasher::new();
+    for file in ["go.mod", "go.sum", "main.go"] {
+        let text = std::fs::read(src.join(file)).map_err(|e| format!("reading deploy/compose/load/{file}: {e}"))?;
+        text.hash(&mut hasher);
+    }
+    let bin = std::env::temp_dir().join(format!("qim-compose-load-{:016x}", hasher.finish()));
+    if bin.exists() {
+        return Ok(bin);
+    }
+    let partial = bin.with_extension(format!("partial-{}", std::process::id()));
+    let output =
+        Command::new("go").current_dir(&src).args(["build", "-o"]).arg(&partial).arg(".").output().map_err(|e| {
+            format!(
+                "can not run `go` ({e}): the compose checks load the file with compose-go \
+                 (deploy/compose/load, Go 1.26 or newer on PATH)"
+            )
+        })?;
+    if !output.status.success() {
+        return Err(format!("building the Compose loader failed: {}", String::from_utf8_lossy(&output.stderr).trim()));
+    }
+    std::fs::rename(&partial, &bin).map_err(|e| format!("installing the Compose loader at {}: {e}", bin.display()))?;
+    Ok(bin)
+}
+
 /// One resolved project: the services enabled in its profiles, and what the loader saw.
 pub struct Project {
     doc: Value,
@@ -88,8 +124,7 @@ impl Project {
     /// message), or its output was not the expected JSON.
     pub fn load(profiles: &[&str], vars: &[(&str, &str)]) -> Result<Project, String> {
         let dir = compose_dir();
-        let mut go = Command::new("go");
-        go.current_dir(dir.join("load")).args(["run", "."]);
+        let mut go = Command::new(loader()?);
         for profile in profiles {
             go.args(["-profile", profile]);
         }
@@ -97,12 +132,7 @@ impl Project {
             go.arg("-env").arg(format!("{name}={value}"));
         }
         go.arg(dir.join("docker-compose.yml"));
-        let output = go.output().map_err(|e| {
-            format!(
-                "can not run `go` ({e}): the compose checks load the file with compose-go \
-                 (deploy/compose/load, Go 1.26 or newer on PATH)"
-            )
-        })?;
+        let output = go.output().map_err(|e| format!("can not run the Compose loader: {e}"))?;
         if !output.status.success() {
             return Err(format!("the Compose loader refused it: {}", String::from_utf8_lossy(&output.stderr).trim()));
         }

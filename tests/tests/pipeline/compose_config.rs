@@ -2,8 +2,8 @@
 //!
 //! That stack (Redpanda, ScyllaDB, Redis and the three qim services) can not be started on our
 //! Docker-less machines, so this test is what keeps it valid. It reads
-//! `deploy/compose/docker-compose.yml` with Compose's own loader (compose-go, run by `go run
-//! ./deploy/compose/load`, once per profile with that profile's variables; what the loader
+//! `deploy/compose/docker-compose.yml` with Compose's own loader (compose-go, `deploy/compose/load`
+//! built once with `go build`, run once per profile with that profile's variables; what the loader
 //! refuses or warns about fails the test), the `Dockerfile` next to it, the README and the root
 //! `.dockerignore`, and checks that:
 //!
