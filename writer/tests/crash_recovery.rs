@@ -5,7 +5,12 @@
 //! In-process cases stop one commit at a failpoint (`return`) and restart the writer; the
 //! binary case kills the real `qim-writer` process at a boundary (`return(abort)`, like
 //! `kill -9`: nothing is flushed) and starts a new one. Failpoints are process-global, so the
-//! in-process cases run one at a time.
+//! in-process cases of one process run one at a time.
+//!
+//! A writer's recovery loop completes every stale commit of its store, not only its own test's:
+//! the Scylla cases keep a keyspace of their own (no other test's writer finishes their
+//! interrupted commit into another topic) and run one at a time across processes too (the
+//! nextest test group `writer-crash-recovery`).
 
 mod support;
 
@@ -17,6 +22,7 @@ use qim_store::ids::{ClientMessageId, ConversationId, TenantId, UserId};
 use qim_store::message::{Commit, CommitKey, CommitState};
 use qim_store::redis::RedisMessageStore;
 use qim_store::scylla::ScyllaMessageStore;
+use qim_store::testsuite::scylla_keyspace::shared_test_keyspace;
 use qim_store::MessageStore;
 use qim_writer::config::{Backend, WriterConfig};
 use support::{
@@ -90,8 +96,12 @@ async fn check_outcome(w: &Client, c: &Case, recovered: &Commit, topic: &str) {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["conversation_seq"], recovered.intent.seq.0);
     assert_eq!(answer["message_id"], recovered.intent.message_id.to_hex());
-    let published: Vec<_> =
-        read_topic(topic).into_iter().filter(|r| r.client_message_id.as_str() == "crash-1").collect();
+    let published: Vec<_> = read_topic(topic)
+        .into_iter()
+        .filter(|r| {
+            (r.tenant, r.sender, &r.client_message_id) == (c.key.tenant, c.key.sender, &c.key.client_message_id)
+        })
+        .collect();
     assert!(!published.is_empty(), "the recovered commit was published");
     for r in &published {
         assert_eq!((r.seq, r.message_id), (recovered.intent.seq, recovered.intent.message_id), "{published:?}");
@@ -101,7 +111,10 @@ async fn check_outcome(w: &Client, c: &Case, recovered: &Commit, topic: &str) {
 async fn crash_in_process(kind: Kind, failpoint: &str, left_in: CommitState) {
     let _serial = ONE_AT_A_TIME.lock().await;
     let topic = create_topic().await;
-    let config = support::config(kind, &topic).await;
+    let mut config = support::config(kind, &topic).await;
+    if let Backend::Scylla(shared) = &config.backend {
+        config.backend = Backend::Scylla(shared_test_keyspace("writer_crash_recovery", shared).await);
+    }
     let c = case();
     let w = TestWriter::start(config.clone()).await;
     fail::cfg(failpoint, "return").unwrap();
