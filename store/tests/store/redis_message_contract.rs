@@ -3,7 +3,7 @@
 //!
 //! Needs Redis at `QIM_TEST_REDIS_URL` (default `redis://127.0.0.1:6379/0`); fails, never
 //! skips, when it is missing: start it with `deploy/local/stack up`. Every store opened here
-//! lives in its own key namespace.
+//! lives in its own key namespace; the tests that `SCRIPT FLUSH` run on a server of their own.
 
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +19,7 @@ use qim_store::testsuite::fixtures::{
     assert_kind, clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer, T0,
 };
 use qim_store::testsuite::message::commit_fully;
+use qim_store::testsuite::private_redis::PrivateRedis;
 use qim_store::testsuite::MessageHarness;
 use qim_store::{ErrorKind, MessageStore};
 
@@ -36,9 +37,13 @@ fn marks() -> Arc<MemorySeqHighWater> {
 /// Opens a store in a fresh namespace (deleted by `cleanup`), or fails the test naming Redis and
 /// how to start it.
 async fn open_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
-    let url = redis_url();
-    let config = RedisConfig { url: url.clone(), namespace: unique_namespace() };
+    let config = RedisConfig { url: redis_url(), namespace: unique_namespace() };
     cleanup.register(&config.namespace);
+    open_store_with(config, policy, clock).await
+}
+
+async fn open_store_with(config: RedisConfig, policy: RetentionPolicy, clock: Arc<ManualClock>) -> RedisMessageStore {
+    let url = config.url.clone();
     match RedisMessageStore::open(&config, policy, clock).await {
         Ok(store) => store.with_seq_leases(SeqLeases::new(marks())),
         Err(e) => panic!("{}", unreachable(&url, &e)),
@@ -69,7 +74,10 @@ async fn commit_fully_from(store: &RedisMessageStore, reserved: &qim_store::mess
 }
 
 async fn raw_connection() -> redis::aio::MultiplexedConnection {
-    let url = redis_url();
+    raw_connection_at(redis_url()).await
+}
+
+async fn raw_connection_at(url: String) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url.as_str()).unwrap_or_else(|e| panic!("Redis url {url:?}: {e}"));
     client.get_multiplexed_async_connection().await.unwrap_or_else(|e| panic!("{}", unreachable(&url, &e)))
 }
@@ -127,6 +135,18 @@ fn policy() -> RetentionPolicy {
     RetentionPolicy::with_default_days(30).expect("30 days is legal")
 }
 
+/// A store and a raw connection on a server of the test's own, for the tests that `SCRIPT FLUSH`:
+/// the script cache is the server's, and a flush of the shared one would make the scripts of
+/// every other test running against it miss mid-call.
+async fn private_store(
+    redis: &PrivateRedis,
+    policy: RetentionPolicy,
+    clock: Arc<ManualClock>,
+) -> (RedisMessageStore, redis::aio::MultiplexedConnection) {
+    let config = RedisConfig { url: redis.url(), namespace: unique_namespace() };
+    (open_store_with(config, policy, clock).await, raw_connection_at(redis.url()).await)
+}
+
 async fn script_flush(con: &mut redis::aio::MultiplexedConnection) {
     redis::cmd("SCRIPT").arg("FLUSH").query_async::<()>(con).await.expect("SCRIPT FLUSH");
 }
@@ -136,9 +156,8 @@ async fn script_flush(con: &mut redis::aio::MultiplexedConnection) {
 /// both pass the read-side checks, and the commit CAS script refuses the second.
 #[tokio::test]
 async fn cas_script_conflict_maps_after_script_flush() {
-    let cleanup = Cleanup::default();
-    let store = open_store(policy(), clock(), &cleanup).await;
-    let mut con = raw_connection().await;
+    let redis = PrivateRedis::start();
+    let (store, mut con) = private_store(&redis, policy(), clock()).await;
     let t = fresh_tenant();
     let mut script_conflicts = 0;
     for attempt in 0..40 {
@@ -167,9 +186,8 @@ async fn cas_script_conflict_maps_after_script_flush() {
 /// else it stays a hole; either way no seq is issued twice.
 #[tokio::test]
 async fn reserve_script_race_replies_map_after_script_flush() {
-    let cleanup = Cleanup::default();
-    let store = open_store(policy(), clock(), &cleanup).await;
-    let mut con = raw_connection().await;
+    let redis = PrivateRedis::start();
+    let (store, mut con) = private_store(&redis, policy(), clock()).await;
     let t = fresh_tenant();
     for attempt in 0..10 {
         let conv = fresh_conversation();
@@ -361,9 +379,8 @@ async fn half_written_commit_is_corrupt() {
 #[tokio::test]
 async fn expiry_drain_cleans_orphans_below_the_lower_bound_only() {
     let clock = clock();
-    let cleanup = Cleanup::default();
-    let store = open_store(policy(), clock.clone(), &cleanup).await;
-    let mut con = raw_connection().await;
+    let redis = PrivateRedis::start();
+    let (store, mut con) = private_store(&redis, policy(), clock.clone()).await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     for i in 1..=2 {
         let mut req = request(t, user(1), &format!("e{i}"), conv, b"x");
