@@ -19,6 +19,12 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use scylla::client::session::Session;
+
+use crate::error::StoreError;
 use crate::scylla::config::test_keyspace_owned_by;
 use crate::scylla::{migrate, open_session, ScyllaConfig};
 
@@ -155,7 +161,49 @@ fn write(file: &mut File, text: &str) -> std::io::Result<()> {
 
 async fn migrate_or_panic(config: &ScyllaConfig) {
     let session = open_session(config).await.unwrap_or_else(|e| {
-        panic!("{e}; start the local stack with `deploy/local/stack up` (or point QIM_TEST_SCYLLA_HOSTS at a cluster)")
+        panic!(
+            "{}; start the local stack with `deploy/local/stack up` (or point QIM_TEST_SCYLLA_HOSTS at a cluster)",
+            describe(&e)
+        )
     });
-    migrate(&session, config).await.unwrap_or_else(|e| panic!("migrating test keyspace {}: {e}", config.keyspace));
+    migrate_retrying(&session, config).await;
+}
+
+/// How long [`migrate_retrying`] keeps retrying a migration the server did not answer.
+const MIGRATION_PATIENCE: Duration = Duration::from_secs(90);
+
+/// Migrates `config`'s keyspace through `session`, retrying while the server is `Unavailable`
+/// (a single-node test server busy with a test run's load times out on schema changes; every
+/// statement of the migration is idempotent, so a retry is safe), for up to
+/// [`MIGRATION_PATIENCE`].
+///
+/// # Panics
+///
+/// When the migration fails otherwise or the server stays unavailable; the message has the
+/// error's causes.
+pub async fn migrate_retrying(session: &Session, config: &ScyllaConfig) {
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(500))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
+        .with_total_delay(Some(MIGRATION_PATIENCE));
+    (|| migrate(session, config))
+        .retry(backoff)
+        .when(|e: &StoreError| e.kind().is_retryable())
+        .notify(|e, pause| eprintln!("migrating test keyspace {} again in {pause:?}: {}", config.keyspace, describe(e)))
+        .await
+        .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", config.keyspace, describe(&e)));
+}
+
+/// `err` followed by each of its causes, `: `-separated (a `StoreError`'s display names only
+/// the step that failed; the driver's reason is its source).
+pub fn describe(err: &StoreError) -> String {
+    let mut out = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        out.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    out
 }

@@ -17,6 +17,7 @@ use qim_store::ids::ConversationSeq;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::schema::Flavour;
 use qim_store::scylla::{migrate, read_flavour, readiness, ScyllaConfig, ScyllaMessageStore};
+use qim_store::testsuite::scylla_keyspace::migrate_retrying;
 use qim_store::testsuite::MessageHarness;
 use qim_store::ErrorKind;
 use scylla::client::session::Session;
@@ -78,11 +79,11 @@ async fn readiness_is_false_before_migrate_and_migrate_twice_changes_nothing() {
     assert!(refused.is_err(), "connecting prepares only: it must fail, not create, without a schema");
     assert!(!readiness(&session, &config).await.unwrap().is_ready(), "connecting created nothing");
 
-    migrate(&session, &config).await.unwrap_or_else(|e| panic!("first migrate: {}", describe(&e)));
+    migrate_retrying(&session, &config).await;
     assert!(readiness(&session, &config).await.unwrap().is_ready());
     let first = schema_snapshot(&session, &config.keyspace).await;
     assert!(!first.is_empty());
-    migrate(&session, &config).await.unwrap_or_else(|e| panic!("second migrate: {}", describe(&e)));
+    migrate_retrying(&session, &config).await;
     assert_eq!(schema_snapshot(&session, &config.keyspace).await, first, "the second migrate changed the schema");
     assert!(readiness(&session, &config).await.unwrap().is_ready());
     drop_keyspace(&session, &config.keyspace).await;
@@ -137,7 +138,7 @@ async fn migrate_adds_only_the_known_nullable_columns_an_existing_table_lacks() 
     keyspace_with_commit_table(&session, &config, older).await;
     let before = readiness(&session, &config).await.unwrap();
     assert!(before.problems.iter().any(|p| p.contains("message_commit.committed_at")), "{:?}", before.problems);
-    migrate(&session, &config).await.unwrap_or_else(|e| panic!("migrate: {}", describe(&e)));
+    migrate_retrying(&session, &config).await;
     let columns = schema_snapshot(&session, &config.keyspace).await;
     let added = columns.iter().find(|(t, c, _, _)| t == "message_commit" && c == "committed_at");
     assert_eq!(added.map(|(_, _, kind, ty)| (kind.as_str(), ty.as_str())), Some(("regular", "bigint")));

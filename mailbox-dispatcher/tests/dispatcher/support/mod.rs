@@ -18,7 +18,8 @@ use qim_store::mailbox::{DispatchManifest, LaneId, MailboxRetention, MailboxSeq,
 use qim_store::message::{MessageKind, MessageRecord};
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionClass;
-use qim_store::scylla::{migrate, open_session, ScyllaConfig};
+use qim_store::scylla::{open_session, ScyllaConfig};
+use qim_store::testsuite::scylla_keyspace::{describe, migrate_retrying};
 use qim_store::topic::{dispatch_key, encode_message};
 use qim_store::{MailboxStore, MembershipStore};
 use rdkafka::admin::{AdminClient, AdminOptions};
@@ -70,8 +71,8 @@ macro_rules! both_backends {
 /// A fresh, migrated Scylla keyspace (RF from the test environment).
 pub async fn scylla_keyspace() -> ScyllaConfig {
     let config = ScyllaConfig::test_from_env().unwrap_or_else(|e| panic!("{e}"));
-    let session = open_session(&config).await.unwrap_or_else(|e| panic!("{e}; {HINT}"));
-    migrate(&session, &config).await.unwrap_or_else(|e| panic!("migrating {}: {e}", config.keyspace));
+    let session = open_session(&config).await.unwrap_or_else(|e| panic!("{}; {HINT}", describe(&e)));
+    migrate_retrying(&session, &config).await;
     config
 }
 

@@ -22,9 +22,11 @@ use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::config::generated_test_keyspace;
 use qim_store::scylla::schema::SEQ_BUCKET_SIZE;
-use qim_store::scylla::{migrate, open_session, ScyllaConfig, ScyllaMessageStore};
-use qim_store::testsuite::{scylla_keyspace, MessageHarness};
-use qim_store::{MessageStore, StoreError};
+use qim_store::scylla::{open_session, ScyllaConfig, ScyllaMessageStore};
+use qim_store::testsuite::scylla_keyspace::{self, migrate_retrying};
+pub use qim_store::testsuite::scylla_keyspace::describe;
+use qim_store::testsuite::MessageHarness;
+use qim_store::MessageStore;
 use scylla::client::session::Session;
 
 /// The test cluster's configuration, read once per process; its keyspace is the base name the
@@ -81,16 +83,6 @@ where
     }
 }
 
-pub fn describe(err: &StoreError) -> String {
-    let mut out = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(s) = source {
-        out.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    out
-}
-
 /// A session to the test server, or a panic naming Cassandra and how to start it.
 pub async fn connect(config: &ScyllaConfig) -> Session {
     open_session(config).await.unwrap_or_else(|e| {
@@ -109,9 +101,7 @@ pub async fn isolated_store(policy: RetentionPolicy, clock: Arc<dyn Clock>) -> S
     let mut isolated = base_config().clone();
     isolated.keyspace = generated_test_keyspace();
     let session = connect(&isolated).await;
-    migrate(&session, &isolated)
-        .await
-        .unwrap_or_else(|e| panic!("migrating test keyspace {}: {}", isolated.keyspace, describe(&e)));
+    migrate_retrying(&session, &isolated).await;
     ScyllaMessageStore::with_session(session, &isolated, policy, clock)
         .await
         .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)))
