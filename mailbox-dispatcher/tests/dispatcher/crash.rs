@@ -15,8 +15,8 @@ use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::mailbox::{lane_of, shard_of, DispatchId, DispatchManifest, LaneId, MailboxSeq, ShardId};
 use qim_store::MailboxStore;
 use support::{
-    free_port, fresh, mailbox_of, message, wait_for, wait_healthy, wait_while_progressing, watermarks, Fixture, Kind,
-    EPOCH, SHARDS,
+    free_port, fresh, mailbox_of, mailboxes_of, message, wait_for, wait_healthy, wait_while_progressing, watermarks,
+    Fixture, Kind, EPOCH, SHARDS,
 };
 
 /// One produced dispatch: where it landed and what it carries.
@@ -79,6 +79,7 @@ fn all_passed(wms: &[Option<u64>], last: u64) -> bool {
 }
 
 async fn killed_mid_fan_out_then_restarted(kind: Kind) {
+    let began = std::time::Instant::now();
     let f = Fixture::new(kind).await;
     let store = f.mailbox().await;
     let tenant = fresh(TenantId);
@@ -126,7 +127,7 @@ async fn killed_mid_fan_out_then_restarted(kind: Kind) {
             unfinished += 1;
         }
     }
-    eprintln!("{kind:?}: killed with {unfinished} of {SHARDS} shards unfinished");
+    eprintln!("{kind:?}: killed with {unfinished} of {SHARDS} shards unfinished at {:?}", began.elapsed());
     assert!(unfinished > 0, "the kill came too late to interrupt the fan-out");
 
     let port = free_port();
@@ -161,8 +162,7 @@ async fn killed_mid_fan_out_then_restarted(kind: Kind) {
     for (shard, sent) in log.iter() {
         for s in sent {
             let seq = MailboxSeq::from_offset(EPOCH, s.offset).unwrap();
-            for u in &s.manifest.recipients {
-                let got = mailbox_of(store.as_ref(), tenant, *u).await;
+            for (u, got) in mailboxes_of(store.as_ref(), tenant, s.manifest.recipients.iter().copied()).await {
                 assert_eq!(got, vec![(seq, s.manifest.id.message_id)], "{u} of shard {}", shard.0);
             }
         }

@@ -16,7 +16,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use support::{
-    fresh, mailbox_of, message, wait_for, watermarks, Fixture, Kind, EPOCH, SHARDS, TEST_HEADER, TEST_HEADER_VALUE,
+    fresh, mailbox_of, mailboxes_of, message, wait_for, watermarks, Fixture, Kind, EPOCH, SHARDS, TEST_HEADER,
+    TEST_HEADER_VALUE,
 };
 
 const SHARD: ShardId = ShardId(3);
@@ -45,11 +46,7 @@ async fn snapshot(
     tenant: TenantId,
     users: &[UserId],
 ) -> BTreeMap<UserId, Vec<(MailboxSeq, qim_store::ids::MessageId)>> {
-    let mut out = BTreeMap::new();
-    for u in users {
-        out.insert(*u, mailbox_of(store, tenant, *u).await);
-    }
-    out
+    mailboxes_of(store, tenant, users.iter().copied()).await.into_iter().collect()
 }
 
 /// Every dead letter of the fixture: (reason, source) pairs, after checking each kept the

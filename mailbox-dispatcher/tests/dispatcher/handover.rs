@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::mailbox::{shard_of, DispatchId, DispatchManifest, ShardId};
-use support::{fresh, mailbox_of, message, wait_for, wait_groups_settled, watermarks, Fixture, Kind, EPOCH, SHARDS};
+use support::{fresh, mailboxes_of, message, wait_for, wait_groups_settled, watermarks, Fixture, Kind, EPOCH, SHARDS};
 
 /// Two records per shard of 12 recipients each; returns the manifests and each shard's last
 /// offset.
@@ -75,8 +75,8 @@ async fn finished_then_handed_over_while_quiet(kind: Kind) {
     b.stop().await;
     for (offset, m) in &sent {
         let seq = qim_store::mailbox::MailboxSeq::from_offset(EPOCH, *offset).unwrap();
-        for u in &m.recipients {
-            assert_eq!(mailbox_of(store.as_ref(), tenant, *u).await, vec![(seq, m.id.message_id)]);
+        for (u, got) in mailboxes_of(store.as_ref(), tenant, m.recipients.iter().copied()).await {
+            assert_eq!(got, vec![(seq, m.id.message_id)], "mailbox of {u}");
         }
     }
 }

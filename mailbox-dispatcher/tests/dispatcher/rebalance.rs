@@ -17,7 +17,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use support::{
-    add_members, fresh, mailbox_of, message, users, wait_for, wait_groups_settled, watermarks, Fixture, Kind, EPOCH,
+    add_members, fresh, mailboxes_of, message, users, wait_for, wait_groups_settled, watermarks, Fixture, Kind, EPOCH,
     SHARDS,
 };
 
@@ -124,9 +124,8 @@ async fn two_instances_and_a_rebalance_while_records_flow(kind: Kind) {
 
     for (c, (_, us)) in conversations.iter().enumerate() {
         let mine: Vec<MessageId> = sent.iter().filter(|(k, _)| *k == c).map(|(_, id)| *id).collect();
-        for u in us {
-            let shard = qim_store::mailbox::shard_of(&tenant, u, SHARDS);
-            let got = mailbox_of(store.as_ref(), tenant, *u).await;
+        for (u, got) in mailboxes_of(store.as_ref(), tenant, us.iter().copied()).await {
+            let shard = qim_store::mailbox::shard_of(&tenant, &u, SHARDS);
             let mut want: Vec<(MailboxSeq, MessageId)> =
                 mine.iter().map(|id| (MailboxSeq::from_offset(EPOCH, first[&(*id, shard)]).unwrap(), *id)).collect();
             want.sort();

@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use qim_mailbox_dispatcher::backend::{self, Stores};
 use qim_mailbox_dispatcher::config::{Backend, DispatcherConfig, KafkaConfig};
 use qim_mailbox_dispatcher::serve::{start_with, RunningDispatcher};
@@ -369,6 +370,24 @@ pub async fn mailbox_of(store: &dyn MailboxStore, tenant: TenantId, user: UserId
     let page = store.range_scan(tenant, user, MailboxSeq::origin(EPOCH), top, 10_000).await.expect("range scan");
     page.groups.iter().flat_map(|g| g.events.iter().map(move |e| (g.seq, e.message.message_id))).collect()
 }
+
+/// The mailboxes of `users` (as [`mailbox_of`]), in their order, read [`READS_AT_ONCE`] at a
+/// time: a test's final check reads thousands of mailboxes, and one at a time it spent as long
+/// reading as the dispatcher spent writing.
+pub async fn mailboxes_of(
+    store: &dyn MailboxStore,
+    tenant: TenantId,
+    users: impl IntoIterator<Item = UserId>,
+) -> Vec<(UserId, Vec<(MailboxSeq, MessageId)>)> {
+    futures_util::stream::iter(users)
+        .map(|u| async move { (u, mailbox_of(store, tenant, u).await) })
+        .buffered(READS_AT_ONCE)
+        .collect()
+        .await
+}
+
+/// How many mailbox reads [`mailboxes_of`] keeps in flight.
+pub const READS_AT_ONCE: usize = 16;
 
 /// Every lane watermark of `shard`. A read the store answers `Unavailable` (a loaded Cassandra
 /// timing a query out while the dispatcher under test writes) is tried again for up to 30 s;
