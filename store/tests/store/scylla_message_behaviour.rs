@@ -20,7 +20,7 @@ use qim_store::testsuite::fixtures::{
 use qim_store::testsuite::message::commit_fully;
 use qim_store::testsuite::MessageHarness;
 use qim_store::{ErrorKind, MessageStore, COMMIT_AUX_TTL_MILLIS};
-use scylla_support::{Keyspace, Scylla};
+use scylla_support::{isolated_store, Keyspace, Scylla};
 
 /// This file's keyspace (see [`Keyspace`]).
 static KEYSPACE: Keyspace = Keyspace::new("scylla_message_behaviour");
@@ -220,10 +220,11 @@ async fn a_missing_server_is_unavailable_within_the_connect_bound() {
 
 #[tokio::test]
 async fn recovery_finds_a_key_reserved_again_and_skips_orphan_entries() {
+    // A keyspace of its own: a scan two hours past T0 fences the unfinished reserves it finds,
+    // which in the file's keyspace are other tests' reserves in flight.
     let clock = clock();
-    let h = Scylla::of(&KEYSPACE);
-    let store = h.open(policy(), clock.clone()).await;
-    let typed = h.store();
+    let typed = isolated_store(policy(), clock.clone()).await;
+    let store: Arc<dyn MessageStore> = Arc::new(typed.clone());
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     commit_fully(store.as_ref(), &request(t, user(1), "again", conv, b"one")).await;
     // An entry whose reserve never happened (a crash or a lost race before the LWT).
