@@ -18,7 +18,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
