@@ -2,8 +2,9 @@
 //! with backoff, reports itself not ready, never stores an offset past a record that is not
 //! written, and resumes by itself once Cassandra is back; every record ends up archived.
 //!
-//! This binary holds one test because it restarts the shared local Cassandra (through the
-//! checkout's own `deploy/local/stack`, which waits until CQL answers again).
+//! It runs on the fault stack (`qim_testkit::fault_stack`): the Cassandra it restarts (through
+//! the checkout's own `deploy/local/stack`, which waits until CQL answers again) is not the one
+//! the other tests use.
 
 mod support;
 
@@ -37,8 +38,12 @@ async fn ready(archiver: &TestArchiver) -> u16 {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_archiver_waits_out_a_cassandra_restart_and_never_commits_unwritten_records() {
+#[test]
+fn the_archiver_waits_out_a_cassandra_restart_and_never_commits_unwritten_records() {
+    qim_testkit::fault_stack::run_test(2, cassandra_restart());
+}
+
+async fn cassandra_restart() {
     let policy = RetentionPolicy::with_default_days(30).unwrap();
     let (topic, dlq) = (create_topic("a_cass", PARTITIONS).await, create_topic("a_cass_dlq", 1).await);
     let before: Vec<_> = (0..10).flat_map(|_| conversation(50, &policy)).collect();

@@ -84,6 +84,24 @@ pub fn scylla_hosts() -> Vec<String> {
     }
 }
 
+/// Where one stack's servers answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Endpoints {
+    /// Kafka bootstrap servers (comma-separated `host:port`).
+    pub kafka_brokers: String,
+    /// The Redis URL.
+    pub redis_url: String,
+    /// Cassandra contact points (`host:port` each).
+    pub scylla_hosts: Vec<String>,
+}
+
+impl Endpoints {
+    /// The servers the `QIM_TEST_*` variables name (the shared local stack's by default).
+    pub fn from_env() -> Self {
+        Self { kafka_brokers: kafka_brokers(), redis_url: redis_url(), scylla_hosts: scylla_hosts() }
+    }
+}
+
 /// The message every connect helper fails with: names the server, the address tried, the
 /// variable that overrides it and [`START_HINT`], then the underlying cause.
 fn unreachable(server: &str, addr: &str, env: &str, cause: impl std::fmt::Display) -> anyhow::Error {
@@ -164,9 +182,14 @@ pub fn swept_by_the_runner() -> bool {
 /// setup timeout set to [`CONNECT_TIMEOUT`]; request timeouts keep librdkafka's defaults.
 /// Callers add the client-specific settings (group id, acks, ...).
 pub fn kafka_config() -> ClientConfig {
+    kafka_config_at(&kafka_brokers())
+}
+
+/// Like [`kafka_config`], for the Kafka at `brokers` (comma-separated `host:port`).
+pub fn kafka_config_at(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", kafka_brokers())
+        .set("bootstrap.servers", brokers)
         .set("socket.connection.setup.timeout.ms", CONNECT_TIMEOUT.as_millis().to_string());
     config
 }
@@ -278,7 +301,15 @@ pub async fn require_redis() -> MultiplexedConnection {
 /// A "Cassandra is not reachable at …" error naming [`START_HINT`] when no session can be
 /// established in time.
 pub async fn connect_scylla() -> anyhow::Result<Session> {
-    let hosts = scylla_hosts();
+    connect_scylla_at(&scylla_hosts()).await
+}
+
+/// Like [`connect_scylla`], for the Cassandra contact points `hosts`.
+///
+/// # Errors
+///
+/// As [`connect_scylla`].
+pub async fn connect_scylla_at(hosts: &[String]) -> anyhow::Result<Session> {
     let addr = hosts.join(",");
     let fail = |cause: String| unreachable("Cassandra", &addr, SCYLLA_HOSTS_ENV, cause);
     // Resolve literal socket addresses up front so a typo fails here, clearly; anything else

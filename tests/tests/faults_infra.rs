@@ -5,8 +5,8 @@
 //! issued twice (Redis may lose its last second of writes; each conversation must revalidate its
 //! seq lease against the durable high-water mark rather than reissue).
 //!
-//! This test restarts the shared local stack's servers: other tests running at the same time
-//! see connection errors. It always leaves the stack up.
+//! It runs on the fault stack (`qim_testkit::fault_stack`), whose servers no other test uses
+//! while it kills them, and always leaves that stack up.
 
 use std::time::Duration;
 
@@ -31,8 +31,12 @@ impl Drop for StackUp {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kafka_redis_and_cassandra_die_and_return_under_load() {
+#[test]
+fn kafka_redis_and_cassandra_die_and_return_under_load() {
+    qim_testkit::fault_stack::run_test(4, infra_faults());
+}
+
+async fn infra_faults() {
     let _stack_up = StackUp;
     let bins = ServiceBinaries::locate().expect("service binaries");
     let env = PipelineEnv::fresh("infra").await.expect("a fresh run");

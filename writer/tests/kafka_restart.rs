@@ -3,8 +3,8 @@
 //! id (the client's contract); every acknowledged answer must be in the topic with the same seq
 //! and message id, and in the conversation's history.
 //!
-//! This binary holds one test because it restarts the shared local Kafka (test binaries run
-//! one after another, so no other test sees the outage).
+//! It runs on the fault stack (`qim_testkit::fault_stack`): the Kafka it restarts is not the one
+//! the other tests use.
 
 mod support;
 
@@ -24,8 +24,12 @@ fn stack(args: &[&str]) {
     assert!(status.success(), "deploy/local/stack {args:?} failed");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_acknowledged_message_is_lost_across_a_kafka_restart() {
+#[test]
+fn no_acknowledged_message_is_lost_across_a_kafka_restart() {
+    qim_testkit::fault_stack::run_test(2, kafka_restart());
+}
+
+async fn kafka_restart() {
     let topic = create_topic().await;
     let mut config = support::config(Kind::Redis, &topic).await;
     config.max_in_flight = 16;

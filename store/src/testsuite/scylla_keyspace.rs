@@ -70,8 +70,10 @@ pub fn run_keyspace_name(label: &str) -> String {
         .clone()
 }
 
-/// Migrates `config`'s keyspace unless this run already did: the first caller migrates, later
-/// ones (any process, any runtime) wait for it.
+/// Migrates `config`'s keyspace unless this run already did in `config`'s cluster: the first
+/// caller migrates, later ones (any process, any runtime) wait for it. A run's tests may use
+/// more than one cluster (the fault stack's tests have their own, `qim_testkit::fault_stack`),
+/// so a keyspace of the same name is migrated once in each.
 ///
 /// # Panics
 ///
@@ -84,12 +86,12 @@ pub async fn migrate_once_per_run(config: &ScyllaConfig) {
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .entry(config.keyspace.clone())
+        .entry(format!("{}@{}", config.keyspace, config.hosts.join(",")))
         .or_default()
         .clone();
     cell.get_or_init(|| async {
         let Some(run) = nextest_run() else { return migrate_or_panic(config).await };
-        let path = run_dir(&run).join(format!("{}.migrated", config.keyspace));
+        let path = run_dir(&run).join(format!("{}@{}.migrated", config.keyspace, cluster_tag(&config.hosts)));
         let locked = {
             let path = path.clone();
             tokio::task::spawn_blocking(move || lock(&path)).await.expect("the lock task ends")
@@ -114,6 +116,11 @@ pub async fn shared_test_keyspace(label: &str, base: &ScyllaConfig) -> ScyllaCon
 
 fn nextest_run() -> Option<String> {
     std::env::var(NEXTEST_RUN_ID).ok().filter(|run| !run.is_empty())
+}
+
+/// The contact points as a file name's part: `127.0.0.1:9042` → `127_0_0_1_9042`.
+fn cluster_tag(hosts: &[String]) -> String {
+    hosts.join("+").chars().map(|c| if c.is_ascii_alphanumeric() || c == '+' { c } else { '_' }).collect()
 }
 
 /// Where the processes of nextest run `run` agree on their keyspaces.

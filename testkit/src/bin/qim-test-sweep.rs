@@ -1,20 +1,40 @@
-//! `qim-test-sweep`: drops the test keyspaces and deletes the test topics on the local stack
-//! that no running process owns (their creator, or the nextest run they belong to, has exited),
-//! whatever their age, and says how many. The test command runs it before and after its tests,
-//! so leftovers of crashed or interrupted runs never pile up (a few hundred keyspaces fill a
-//! single-node Cassandra's heap). Names that are not generated test names are never touched.
+//! `qim-test-sweep`: drops the test keyspaces and deletes the test topics that no running
+//! process owns (their creator, or the nextest run they belong to, has exited), whatever their
+//! age, and says how many: on the shared local stack (the `QIM_TEST_*` servers), then on the
+//! fault stack of the server-killing tests (`qim_testkit::fault_stack`) when it was ever started
+//! here. The test command runs it before and after its tests, so leftovers of crashed or
+//! interrupted runs never pile up (a few hundred keyspaces fill a single-node Cassandra's heap).
+//! Names that are not generated test names are never touched.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use qim_testkit::stack::{connect_scylla, kafka_config};
+use qim_testkit::fault_stack::FaultStack;
+use qim_testkit::stack::{connect_scylla_at, kafka_config_at, Endpoints};
 use qim_testkit::{kafka, scylla};
+
+/// Sweeps the stack at `endpoints`: (keyspaces dropped, topics deleted).
+async fn sweep(endpoints: &Endpoints) -> anyhow::Result<(usize, usize)> {
+    let session = connect_scylla_at(&endpoints.scylla_hosts).await.context("sweeping test keyspaces")?;
+    let keyspaces = scylla::sweep_leftover_keyspaces(&session, Duration::ZERO).await;
+    let topics = kafka::sweep_leftover_topics(&kafka_config_at(&endpoints.kafka_brokers), Duration::ZERO).await;
+    Ok((keyspaces, topics))
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let session = connect_scylla().await.context("sweeping test keyspaces")?;
-    let keyspaces = scylla::sweep_leftover_keyspaces(&session, Duration::ZERO).await;
-    let topics = kafka::sweep_leftover_topics(&kafka_config(), Duration::ZERO).await;
+    let (keyspaces, topics) = sweep(&Endpoints::from_env()).await?;
     println!("swept leftovers of finished test runs: {keyspaces} keyspaces, {topics} topics");
+    let fault_stack = FaultStack::locate();
+    if fault_stack.was_started() {
+        // Down between runs is normal for it (a fresh boot, a `down`): reported, not an error.
+        match sweep(&fault_stack.endpoints()).await {
+            Ok((keyspaces, topics)) => println!("and on the fault stack: {keyspaces} keyspaces, {topics} topics"),
+            Err(e) => println!(
+                "the fault stack ({}) does not answer, nothing swept there: {e:#}",
+                fault_stack.dir().display()
+            ),
+        }
+    }
     Ok(())
 }
