@@ -23,17 +23,24 @@ async fn sweep(endpoints: &Endpoints) -> anyhow::Result<(usize, usize)> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let (keyspaces, topics) = sweep(&Endpoints::from_env()).await?;
-    println!("swept leftovers of finished test runs: {keyspaces} keyspaces, {topics} topics");
     let fault_stack = FaultStack::locate();
-    if fault_stack.was_started() {
+    let on_the_fault_stack = async {
+        if fault_stack.was_started() {
+            Some(sweep(&fault_stack.endpoints()).await)
+        } else {
+            None
+        }
+    };
+    let shared_stack = Endpoints::from_env();
+    let (shared, faults) = tokio::join!(sweep(&shared_stack), on_the_fault_stack);
+    let (keyspaces, topics) = shared?;
+    println!("swept leftovers of finished test runs: {keyspaces} keyspaces, {topics} topics");
+    match faults {
+        None => {}
+        Some(Ok((keyspaces, topics))) => println!("and on the fault stack: {keyspaces} keyspaces, {topics} topics"),
         // Down between runs is normal for it (a fresh boot, a `down`): reported, not an error.
-        match sweep(&fault_stack.endpoints()).await {
-            Ok((keyspaces, topics)) => println!("and on the fault stack: {keyspaces} keyspaces, {topics} topics"),
-            Err(e) => println!(
-                "the fault stack ({}) does not answer, nothing swept there: {e:#}",
-                fault_stack.dir().display()
-            ),
+        Some(Err(e)) => {
+            println!("the fault stack ({}) does not answer, nothing swept there: {e:#}", fault_stack.dir().display())
         }
     }
     Ok(())
