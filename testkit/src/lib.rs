@@ -8,12 +8,14 @@
 //! - [`kafka`]: topics created and ready (every partition has a leader) before a test uses them,
 //!   and the topics of exited test processes deleted.
 //! - [`metrics`]: a service's `/metrics` text read back by metric name and labels.
+//! - [`ports`]: loopback ports for the services a test starts, which no client connection takes.
 //! - [`redis`]: a test's key namespace deleted at once.
 //! - [`scylla`]: dropping a test keyspace, and those that finished test processes left behind.
 
 pub mod fault_stack;
 pub mod kafka;
 pub mod metrics;
+pub mod ports;
 pub mod redis;
 pub mod scylla;
 pub mod stack;

@@ -24,10 +24,9 @@ use qim_store::redis::RedisMessageStore;
 use qim_store::scylla::ScyllaMessageStore;
 use qim_store::testsuite::scylla_keyspace::shared_test_keyspace;
 use qim_store::MessageStore;
+use qim_testkit::ports::free_port;
 use qim_writer::config::{Backend, WriterConfig};
-use support::{
-    create_topic, free_port, fresh, read_topic, send_body, spawn_writer, wait_ready, Client, Kind, TestWriter,
-};
+use support::{create_topic, fresh, read_topic, send_body, spawn_writer, wait_ready, Client, Kind, TestWriter};
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use qim_testkit::ports::free_port;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 
@@ -107,9 +108,9 @@ impl PipelineEnv {
             dispatcher_group: format!("{name}.dispatcher"),
             mailbox_shards: MAILBOX_SHARDS,
             retention_days: 30,
-            writer_port: free_port()?,
-            archiver_port: free_port()?,
-            dispatcher_port: free_port()?,
+            writer_port: free_port(),
+            archiver_port: free_port(),
+            dispatcher_port: free_port(),
             run_dir,
             name,
         };
@@ -231,9 +232,4 @@ impl PipelineEnv {
             .map_err(|e| anyhow::anyhow!("migrating the run's keyspace: {e}"))?;
         Ok(())
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
-    Ok(l.local_addr()?.port())
 }

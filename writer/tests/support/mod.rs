@@ -223,7 +223,3 @@ pub async fn wait_ready(base: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_testkit::metrics::Exposition;
-use support::{create_topic, free_port, fresh, read_topic, send_body, spawn_writer, wait_ready, Kind, TOKEN};
+use qim_testkit::ports::free_port;
+use support::{create_topic, fresh, read_topic, send_body, spawn_writer, wait_ready, Kind, TOKEN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_commits_and_exits_zero() {

@@ -473,10 +473,7 @@ where
     }
 }
 
-/// A free TCP port on loopback.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+pub use qim_testkit::ports::free_port;
 
 /// Waits until `/healthz` of a spawned binary answers.
 pub async fn wait_healthy(port: u16) {
