@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 
 use qim_store::codec::encode_record;
 use qim_store::retention::RetentionPolicy;
+use qim_testkit::fault_stack::FaultStack;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use support::*;
 
 const PARTITIONS: i32 = 2;
 
+/// `deploy/local/stack ARGS` on the fault stack.
 fn stack(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/local/stack");
-    let status = std::process::Command::new(script).args(args).status().expect("running deploy/local/stack");
-    assert!(status.success(), "deploy/local/stack {args:?} failed");
+    FaultStack::locate().run(args).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 fn end_offsets(topic: &str) -> HashMap<i32, i64> {

@@ -24,6 +24,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use anyhow::{bail, Context as _};
 
@@ -45,6 +46,9 @@ fn stack_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/stack")
 }
 
+/// The fault stack this process entered, if it did.
+static ENTERED: OnceLock<FaultStack> = OnceLock::new();
+
 /// The second local stack of the server-killing tests (see the module's documentation).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FaultStack {
@@ -53,8 +57,12 @@ pub struct FaultStack {
 
 impl FaultStack {
     /// The fault stack of this checkout: state dir `$QIM_STACK_DIR-faults`, or
-    /// `<checkout>/.stack-faults` when `QIM_STACK_DIR` is unset or blank.
+    /// `<checkout>/.stack-faults` when `QIM_STACK_DIR` is unset or blank; in a process that
+    /// [entered](FaultStack::enter) it (and so pointed `QIM_STACK_DIR` at it), the one entered.
     pub fn locate() -> Self {
+        if let Some(entered) = ENTERED.get() {
+            return entered.clone();
+        }
         let shared = std::env::var("QIM_STACK_DIR").ok().filter(|d| !d.trim().is_empty());
         Self::beside(shared.as_deref())
     }
@@ -145,7 +153,7 @@ impl FaultStack {
         for (var, value) in fault_stack.test_vars() {
             std::env::set_var(var, value);
         }
-        fault_stack
+        ENTERED.get_or_init(|| fault_stack.clone()).clone()
     }
 }
 

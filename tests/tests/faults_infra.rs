@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use qim_testkit::fault_stack::FaultStack;
 use qim_tests::faults::{self, stack_command, Load, Shape};
 use qim_tests::services::{Pipeline, PipelineEnv, ServiceBinaries};
 use qim_tests::workload::Plan;
@@ -21,13 +22,12 @@ const UP_WITHIN: Duration = Duration::from_secs(300);
 /// How long each killed server stays dead before the stack brings it back.
 const OUTAGE: Duration = Duration::from_secs(2);
 
-/// Brings the stack up whatever happened, so a failing run does not leave it down.
+/// Brings the fault stack up whatever happened, so a failing run does not leave it down.
 struct StackUp;
 
 impl Drop for StackUp {
     fn drop(&mut self) {
-        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/local/stack");
-        let _ = std::process::Command::new(script).arg("up").status();
+        let _ = FaultStack::locate().run(&["up"]);
     }
 }
 

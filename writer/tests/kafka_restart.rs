@@ -12,16 +12,16 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use qim_store::ids::{ConversationId, TenantId, UserId};
+use qim_testkit::fault_stack::FaultStack;
 use serde_json::Value;
 use support::{create_topic, fresh, read_topic, send_body, Kind, TestWriter};
 
 const MESSAGES: usize = 200;
 const KILL_AFTER: usize = 40;
 
+/// `deploy/local/stack ARGS` on the fault stack.
 fn stack(args: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/local/stack");
-    let status = std::process::Command::new(script).args(args).status().expect("running deploy/local/stack");
-    assert!(status.success(), "deploy/local/stack {args:?} failed");
+    FaultStack::locate().run(args).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 #[test]
