@@ -1,8 +1,12 @@
 //! One isolated pipeline run: its own Redis namespace, topics, keyspace, groups and ports.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
+use backon::{ExponentialBuilder, Retryable};
+use qim_store::scylla::{migrate, ScyllaConfig};
+use qim_store::StoreError;
 use qim_testkit::ports::free_port;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
@@ -12,6 +16,9 @@ use crate::stack;
 
 /// Directory under which each run keeps its logs (default: `<tmp>/qim-runs`).
 pub const RUN_DIR_ENV: &str = "QIM_RUN_DIR";
+
+/// How long [`PipelineEnv::migrate`] keeps sending a migration the server did not answer.
+const MIGRATION_PATIENCE: Duration = Duration::from_secs(90);
 
 /// Partitions of the run's messages topic.
 pub const MESSAGE_PARTITIONS: i32 = 8;
@@ -227,9 +234,20 @@ impl PipelineEnv {
         }
         let vars = self.service_env(ServiceKind::Archiver);
         let lookup = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        qim_runtime::admin::migrate_from(&lookup)
+        let config = ScyllaConfig::production_from(&lookup).context("the run's keyspace settings")?;
+        // A single node busy with a whole test run's load times out on schema changes now and
+        // then; every statement of the migration is idempotent, so a timed-out one is sent again.
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(500))
+            .with_max_delay(Duration::from_secs(5))
+            .with_jitter()
+            .without_max_times()
+            .with_total_delay(Some(MIGRATION_PATIENCE));
+        (|| migrate(&session, &config))
+            .retry(backoff)
+            .when(|e: &StoreError| e.kind().is_retryable())
+            .notify(|e, pause| eprintln!("migrating keyspace {} again in {pause:?}: {e}", config.keyspace))
             .await
-            .map_err(|e| anyhow::anyhow!("migrating the run's keyspace: {e}"))?;
-        Ok(())
+            .with_context(|| format!("migrating the run's keyspace {}", config.keyspace))
     }
 }
