@@ -1,7 +1,7 @@
 //! Kafka topics for tests: created, then waited for until the broker's metadata shows every
 //! partition with a leader, so a service started right after never meets
 //! `UNKNOWN_TOPIC_OR_PART`. Thousands of leftover topics slow every metadata request, so the
-//! test command deletes those finished test processes left before and after its run
+//! test command deletes those finished test processes left before its run
 //! (`qim-test-sweep`), and under `cargo test` the first creation of each process does
 //! ([`sweep_leftover_topics`]).
 

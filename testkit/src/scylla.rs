@@ -3,7 +3,7 @@
 //!
 //! A test binary has no hook to drop its keyspaces at exit, and a single-node Cassandra with a
 //! small heap runs out of memory after a few hundred of them (each holds the full schema). So the
-//! test command sweeps before and after its run (`qim-test-sweep`), and under `cargo test` the
+//! test command sweeps before its run (`qim-test-sweep`), and under `cargo test` the
 //! first test of each process that makes keyspaces sweeps those of earlier processes.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -172,7 +172,7 @@ pub fn abandoned(origin: Origin, now: Duration, min_age: Duration) -> bool {
 }
 
 /// Whether this test runs under cargo-nextest (`NEXTEST_RUN_ID`), whose runner, the test
-/// command, sweeps leftovers before and after the run (`qim-test-sweep`): its tests, one
+/// command, sweeps leftovers before the run (`qim-test-sweep`): its tests, one
 /// process each, then leave sweeping alone instead of each sweeping on its own.
 pub fn swept_by_the_runner() -> bool {
     std::env::var_os("NEXTEST_RUN_ID").is_some_and(|run| !run.is_empty())

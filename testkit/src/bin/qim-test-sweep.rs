@@ -1,8 +1,8 @@
 //! `qim-test-sweep`: drops the test keyspaces and deletes the test topics that no running
 //! process owns (their creator, or the nextest run they belong to, has exited), whatever their
-//! age, and says how many: on the shared local stack (the `QIM_TEST_*` servers), then on the
+//! age, and says how many: on the shared local stack (the `QIM_TEST_*` servers) and on the
 //! fault stack of the server-killing tests (`qim_testkit::fault_stack`) when it was ever started
-//! here. The test command runs it before and after its tests, so leftovers of crashed or
+//! here. The test command runs it before its tests, so leftovers of earlier, crashed or
 //! interrupted runs never pile up (a few hundred keyspaces fill a single-node Cassandra's heap).
 //! Names that are not generated test names are never touched.
 
