@@ -70,7 +70,11 @@ impl FaultStack {
     fn beside(shared_dir: Option<&str>) -> Self {
         let dir = match shared_dir {
             Some(d) => PathBuf::from(format!("{}-faults", d.trim().trim_end_matches('/'))),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../.stack-faults"),
+            // The checkout without a `..`: the supervisor compares Redis's working directory
+            // (which `/proc` shows resolved) with paths under this one.
+            None => {
+                Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("testkit/ has a parent").join(".stack-faults")
+            }
         };
         Self { dir }
     }

@@ -3,7 +3,7 @@
 //! everything else takes a `&Settings`.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -94,7 +94,7 @@ pub enum Identity {
 pub struct Settings {
     /// The checkout: `QIM_STACK_REPO` (set by `deploy/local/stack`), else where this was built.
     pub repo: PathBuf,
-    /// `QIM_STACK_DIR`, default `<repo>/.stack`; made absolute.
+    /// `QIM_STACK_DIR`, default `<repo>/.stack`; made absolute and physical (as `realpath -m`).
     pub stack_dir: PathBuf,
     /// `QIM_STACK_CACHE`, default `${XDG_CACHE_HOME:-${HOME:-/root}/.cache}/qim-stack`.
     pub cache_dir: PathBuf,
@@ -132,7 +132,8 @@ impl Settings {
             .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.."));
         // As `cd -P`: the physical path, so markers match what the shell script wrote.
         let repo = repo.canonicalize().unwrap_or_else(|_| absolute(&repo));
-        let stack_dir = absolute(&var("QIM_STACK_DIR").map_or_else(|| repo.join(".stack"), PathBuf::from));
+        // Physical too: Redis is recognised by its working directory, which `/proc` shows resolved.
+        let stack_dir = physical(&var("QIM_STACK_DIR").map_or_else(|| repo.join(".stack"), PathBuf::from));
         let cache_dir = var("QIM_STACK_CACHE").map_or_else(
             || {
                 let base = var("XDG_CACHE_HOME").map_or_else(
@@ -272,6 +273,27 @@ fn absolute(path: &Path) -> PathBuf {
     std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
 }
 
+/// As `realpath -m`: `path` made absolute, each component that exists resolved (symlinks
+/// followed), `..` taken from what is resolved so far, and what does not exist yet kept as written.
+fn physical(path: &Path) -> PathBuf {
+    let mut real = PathBuf::new();
+    for part in absolute(path).components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                real.pop();
+            }
+            other => {
+                real.push(other);
+                if let Ok(resolved) = real.canonicalize() {
+                    real = resolved;
+                }
+            }
+        }
+    }
+    real
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,5 +373,13 @@ mod tests {
         let s = settings(&[("QIM_STACK_DIR", "rel/state")]).unwrap();
         assert!(s.stack_dir.is_absolute());
         assert!(s.stack_dir.ends_with("rel/state"));
+    }
+
+    #[test]
+    fn the_state_dir_is_physical_as_proc_shows_a_working_directory() {
+        let tmp = std::env::temp_dir().canonicalize().unwrap();
+        let given = tmp.join("qim-no-such-dir/../qim-state-not-yet-made");
+        let s = settings(&[("QIM_STACK_DIR", given.to_str().unwrap())]).unwrap();
+        assert_eq!(s.stack_dir, tmp.join("qim-state-not-yet-made"));
     }
 }
