@@ -53,8 +53,12 @@ async fn a_send_is_answered_once_committed_and_a_retry_gets_the_same_answer(kind
     assert_eq!(again, first, "an identical retry gets the first answer");
     let (_, second) = w.post("/v1/messages", &send_body(tenant, conversation, alice, "c-2", "again")).await;
     assert_eq!(second["conversation_seq"], 2);
-    let records = read_topic(&topic);
-    assert_eq!(records.len(), 2, "one record per committed message: {records:?}");
+    let mut records = read_topic(&topic);
+    // Publication is at least once: the recovery loop (1 s grace here) may publish a slow send's
+    // commit again, identically. Consumers take the first; so does this check.
+    records.sort_by_key(|r| r.seq);
+    records.dedup();
+    assert_eq!(records.len(), 2, "one record per committed message (identical duplicates aside): {records:?}");
     let r = records.iter().find(|r| r.client_message_id.as_str() == "c-1").expect("c-1 published");
     assert_eq!(r.message_id.to_hex(), first["message_id"].as_str().unwrap());
     assert_eq!((r.seq.0, r.created_at.0), (1, first["created_at"].as_i64().unwrap()));
