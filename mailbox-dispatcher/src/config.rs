@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
+use qim_runtime::auth::AuthConfig;
 use qim_runtime::env::groups::mailbox_retention;
-use qim_runtime::env::{whole, ApiArgs, CommonArgs, Environment, KafkaArgs, StoreArgs, StoreBackend, Whole};
+use qim_runtime::env::{whole, AuthArgs, CommonArgs, Environment, KafkaArgs, StoreArgs, StoreBackend, Whole};
 use qim_store::mailbox::{MailboxRetention, ShardEpoch};
 use qim_store::redis::RedisConfig;
 use qim_store::scylla::ScyllaConfig;
@@ -19,7 +20,7 @@ pub struct DispatcherEnv {
     #[command(flatten)]
     kafka: KafkaArgs,
     #[command(flatten)]
-    api: ApiArgs,
+    auth: AuthArgs,
     #[command(flatten)]
     common: CommonArgs,
     #[command(flatten)]
@@ -133,8 +134,8 @@ pub struct DispatcherConfig {
     pub advance_every: Duration,
     /// HTTP listen address.
     pub http_addr: SocketAddr,
-    /// Optional bearer token for `/v1`.
-    pub api_token: Option<String>,
+    /// Who may call `/v1`, and how often.
+    pub auth: AuthConfig,
     /// Log filter.
     pub log: String,
     /// How long start-up steps may keep retrying their servers.
@@ -167,7 +168,7 @@ impl Environment for DispatcherEnv {
             keep_dispatches: Duration::from_secs(d.dispatch_keep_hours.get() * 3600),
             advance_every: d.dispatch_advance_millis.millis(),
             http_addr: d.dispatcher_http_addr,
-            api_token: self.api.token(),
+            auth: self.auth.config()?,
             log: self.common.log.clone(),
             startup_timeout: self.common.startup_timeout_secs.secs(),
         })
@@ -188,13 +189,24 @@ mod tests {
 
     #[test]
     fn the_defaults_make_a_redis_dispatcher_with_eight_shards() {
-        let c = config(&[]).unwrap();
+        let c = config(&[("QIM_AUTH_DISABLED", "true")]).unwrap();
         assert_eq!(c.backend.name(), "redis");
         assert_eq!((c.shards, c.epoch, c.chunks_in_flight), (8, ShardEpoch(0), 32));
         assert_eq!(c.kafka.router_group(), "qim-mailbox-dispatcher.router");
         assert_eq!(c.kafka.shard_group(), "qim-mailbox-dispatcher.shards");
         assert_eq!(c.keep_dispatches, Duration::from_secs(86_400));
-        assert!(c.api_token.is_none());
+        assert!(c.auth.keys.is_none());
+    }
+
+    #[test]
+    fn the_api_needs_a_key_or_an_explicit_opt_out() {
+        let err = config(&[]).unwrap_err();
+        assert!(err.contains("QIM_AUTH_HS256_SECRET") && err.contains("QIM_AUTH_DISABLED"), "{err}");
+        let err = config(&[("QIM_AUTH_HS256_SECRET", "short")]).unwrap_err();
+        assert!(err.contains("32"), "{err}");
+        let c = config(&[("QIM_AUTH_HS256_SECRET", &"k".repeat(32)), ("QIM_RATE_LIMIT_USER_PER_SEC", "0")]).unwrap();
+        assert!(c.auth.keys.is_some());
+        assert_eq!(c.auth.limits.per_user, None, "0 is unlimited");
     }
 
     #[test]

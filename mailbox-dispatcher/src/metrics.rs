@@ -49,6 +49,7 @@ pub const HTTP_REQUESTS: &str = "qim_dispatcher_http_requests_total";
 /// Describes every metric once at startup, so `/metrics` documents them.
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    qim_runtime::auth::metrics::describe();
     describe_counter!(ROUTER_MESSAGES, "Committed messages the router handled, by outcome.");
     describe_histogram!(ROUTER_FANOUT, "Recipients of one routed message.");
     describe_histogram!(ROUTER_FANOUT_SHARDS, "Dispatch records one routed message produced.");

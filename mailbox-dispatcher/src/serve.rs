@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use metrics_exporter_prometheus::PrometheusHandle;
+use qim_runtime::auth::Authenticator;
 use qim_runtime::http::ReadinessCheck;
 use qim_runtime::startup::{Startup, Unreachable};
 use qim_runtime::telemetry;
@@ -76,7 +77,8 @@ pub async fn start_with(
     let workers = ShardWorkers::new(&config, Arc::clone(&stores.mailbox), producer.clone())?;
     let state = ApiState { store: Arc::clone(&stores.mailbox), shards: config.shards, epoch: config.epoch };
     let ready = readiness(stores.ready.clone(), producer.clone(), kafka.dispatch_topic.clone());
-    let app = api::router(state, config.api_token.clone(), metrics, ready);
+    let auth = Authenticator::new(&config.auth).context("loading the API's token keys")?;
+    let app = api::router(state, auth, metrics, ready);
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding {}", config.http_addr))?;

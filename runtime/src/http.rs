@@ -1,5 +1,5 @@
 //! The HTTP conventions of every qim API: one JSON error body with a machine-readable code,
-//! an optional bearer token on `/v1`, and the operational endpoints.
+//! and the operational endpoints (authentication is [`crate::auth`]).
 //!
 //! Error body: `{"error": {"code": "<snake_case>", "message": "<for people>"}}`.
 
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -86,31 +86,6 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
-/// Middleware: when a token is configured, a request without `Authorization: Bearer <token>`
-/// is answered 401 before any handler runs. The comparison takes the same time whatever the
-/// first differing byte.
-pub async fn require_bearer(State(token): State<Option<Arc<str>>>, request: Request, next: Next) -> Response {
-    if let Some(expected) = token.as_deref() {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if !presented.is_some_and(|p| constant_time_eq(p.as_bytes(), expected.as_bytes())) {
-            let mut response =
-                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", "a valid bearer token is required")
-                    .into_response();
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
-            return response;
-        }
-    }
-    next.run(request).await
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// A readiness probe: `Ok(())` when the service can do its work, otherwise why not.
 pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
@@ -155,12 +130,5 @@ mod tests {
         assert_eq!(forbidden.status, StatusCode::FORBIDDEN);
         let corrupt: ApiError = StoreError::CorruptEntry("x".into()).into();
         assert_eq!((corrupt.status, corrupt.code), (StatusCode::INTERNAL_SERVER_ERROR, "internal"));
-    }
-
-    #[test]
-    fn token_comparison_is_exact() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
     }
 }

@@ -7,7 +7,8 @@
 //! - [`admin`]: what `migrate` does;
 //! - [`telemetry`]: logs (`QIM_LOG` filter) and the Prometheus recorder behind `/metrics`;
 //! - [`events`]: what a service reports, one type per event emitting its log line and metrics;
-//! - [`http`]: the JSON error body, bearer-token check, `/healthz`, `/readyz`, `/metrics`;
+//! - [`auth`]: who may call `/v1` (JWT bearer tokens, scopes, a trusted gateway) and how often;
+//! - [`http`]: the JSON error body, `/healthz`, `/readyz`, `/metrics`;
 //! - [`shutdown`]: SIGTERM/SIGINT → a cancellation token;
 //! - [`kafka`]: the producer and group-consumer configuration, the dead-letter format and the
 //!   metadata probe every service uses the same way;
@@ -16,6 +17,7 @@
 //!   interrupted by a cancellation token).
 
 pub mod admin;
+pub mod auth;
 pub mod cli;
 pub mod env;
 pub mod events;

@@ -54,6 +54,23 @@ pub trait MessageStore: Send + Sync {
     /// different request is `Conflict`. A payload over the limit is `InvalidInput`.
     async fn reserve(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit>;
 
+    /// [`Self::reserve`] of a send whose sender must be a member of the conversation, as
+    /// `members` (the authorizer history reads use) decides: otherwise `Forbidden`, and nothing
+    /// is issued or written (no seq, no commit). A replay is refused too once its sender has left.
+    ///
+    /// The default asks `members` first, one more round trip; a backend that can answer within
+    /// its reservation (Redis: the allocation script reads the member cache) asks `members`
+    /// only when it can not.
+    async fn reserve_from_member(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: &dyn HistoryAuthorizer,
+    ) -> StoreResult<Commit> {
+        members.authorize_history(request.key.tenant, request.conversation, request.key.sender).await?;
+        self.reserve(request, proposed_id).await
+    }
+
     /// Writes the record and history index for `intent` (byte-identical to the reserved
     /// intent), then moves RESERVED → RECORDED. Any other state, or a different intent, is
     /// `Conflict`; an unknown key is `NotFound`.

@@ -11,6 +11,7 @@
 //! - [`ports`]: loopback ports for the services a test starts, which no client connection takes.
 //! - [`redis`]: a test's key namespace deleted at once.
 //! - [`scylla`]: dropping a test keyspace, and those that finished test processes left behind.
+//! - [`tokens`]: the APIs' bearer tokens minted with the test keys (HS256, RS256, ES256).
 
 pub mod fault_stack;
 pub mod kafka;
@@ -19,3 +20,4 @@ pub mod ports;
 pub mod redis;
 pub mod scylla;
 pub mod stack;
+pub mod tokens;

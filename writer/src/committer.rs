@@ -19,7 +19,7 @@ use qim_runtime::events::emit;
 use qim_store::ids::MessageId;
 use qim_store::message::{Commit, CommitRequest, CommitState};
 use qim_store::retention::RetentionPolicy;
-use qim_store::{ErrorKind, MessageStore, StoreError};
+use qim_store::{ErrorKind, HistoryAuthorizer, MessageStore, StoreError};
 use tokio::sync::Semaphore;
 
 use crate::events::{DeliveryFailed, InFlightChanged, SendAnswered, StageDone};
@@ -51,6 +51,7 @@ impl CommitError {
             CommitError::Store(e) => match e.kind() {
                 ErrorKind::Conflict | ErrorKind::DispatchConflict => "conflict",
                 ErrorKind::InvalidInput => "invalid",
+                ErrorKind::Forbidden => "forbidden",
                 ErrorKind::Unavailable => "unavailable",
                 _ => "failed",
             },
@@ -107,11 +108,17 @@ impl DurableMessageCommitter {
         Self { store, publisher, policy, permits: Semaphore::new(max_in_flight.max(1)) }
     }
 
-    /// Commits `request`: the answer is the COMMITTED commit (the same one for every identical
-    /// retry). Waits for a permit when `max_in_flight` commits are running.
-    pub async fn commit(&self, request: &CommitRequest) -> Result<Commit, CommitError> {
+    /// Commits `request` from a member of its conversation, as `members` decides (refused with
+    /// `Forbidden` before anything is reserved otherwise): the answer is the COMMITTED commit
+    /// (the same one for every identical retry). Waits for a permit when `max_in_flight` commits
+    /// are running.
+    pub async fn commit(
+        &self,
+        request: &CommitRequest,
+        members: &dyn HistoryAuthorizer,
+    ) -> Result<Commit, CommitError> {
         let started = Instant::now();
-        let result = self.commit_inner(request).await;
+        let result = self.commit_inner(request, members).await;
         let outcome = match &result {
             Ok((_, true)) => "replayed",
             Ok((_, false)) => "committed",
@@ -121,11 +128,15 @@ impl DurableMessageCommitter {
         result.map(|(commit, _)| commit)
     }
 
-    async fn commit_inner(&self, request: &CommitRequest) -> Result<(Commit, bool), CommitError> {
+    async fn commit_inner(
+        &self,
+        request: &CommitRequest,
+        members: &dyn HistoryAuthorizer,
+    ) -> Result<(Commit, bool), CommitError> {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         emit(InFlightChanged(true));
         let _in_flight = InFlight;
-        let reserved = self.reserve(request).await?;
+        let reserved = self.reserve(request, members).await?;
         if reserved.state == CommitState::Committed {
             return Ok((reserved, true));
         }
@@ -133,10 +144,10 @@ impl DurableMessageCommitter {
         self.drive(reserved).await.map(|c| (c, false)).map_err(lost_mid_flight)
     }
 
-    async fn reserve(&self, request: &CommitRequest) -> Result<Commit, CommitError> {
+    async fn reserve(&self, request: &CommitRequest, members: &dyn HistoryAuthorizer) -> Result<Commit, CommitError> {
         let timer = Instant::now();
         let proposed = MessageId(*uuid::Uuid::new_v4().as_bytes());
-        let reserved = self.store.reserve(request, proposed).await?;
+        let reserved = self.store.reserve_from_member(request, proposed, members).await?;
         emit(StageDone { stage: "reserve", elapsed: timer.elapsed() });
         Ok(reserved)
     }

@@ -5,8 +5,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
+use qim_runtime::auth::AuthConfig;
 use qim_runtime::env::{
-    whole, ApiArgs, ArchiverGroupArgs, CommonArgs, Environment, KafkaArgs, StoreArgs, StoreBackend, Whole,
+    whole, ArchiverGroupArgs, AuthArgs, CommonArgs, Environment, KafkaArgs, StoreArgs, StoreBackend, Whole,
 };
 use qim_store::message::MAX_PAYLOAD_BYTES;
 use qim_store::redis::RedisConfig;
@@ -23,7 +24,7 @@ pub struct WriterEnv {
     #[command(flatten)]
     archiver_group: ArchiverGroupArgs,
     #[command(flatten)]
-    api: ApiArgs,
+    auth: AuthArgs,
     #[command(flatten)]
     common: CommonArgs,
     #[command(flatten)]
@@ -105,8 +106,8 @@ pub struct WriterConfig {
     pub recovery_grace: Duration,
     /// How often the recovery loop runs.
     pub recovery_interval: Duration,
-    /// Optional bearer token for `/v1`.
-    pub api_token: Option<String>,
+    /// Who may call `/v1`, and how often.
+    pub auth: AuthConfig,
     /// Log filter.
     pub log: String,
     /// How long start-up steps may keep retrying their servers.
@@ -136,7 +137,7 @@ impl Environment for WriterEnv {
             max_in_flight: w.max_in_flight_commits.get() as usize,
             recovery_grace: w.recovery_grace_secs.secs(),
             recovery_interval: w.recovery_interval_secs.secs(),
-            api_token: self.api.token(),
+            auth: self.auth.config()?,
             log: self.common.log.clone(),
             startup_timeout: self.common.startup_timeout_secs.secs(),
         })

@@ -24,6 +24,7 @@ pub const HTTP_REQUESTS: &str = "qim_writer_http_requests_total";
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     qim_store::metrics::describe();
+    qim_runtime::auth::metrics::describe();
     describe_counter!(COMMITS, "Send requests by outcome.");
     describe_histogram!(COMMIT_STAGE_SECONDS, Unit::Seconds, "Commit latency by state-machine stage.");
     describe_gauge!(IN_FLIGHT, "Commits in flight.");

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use qim_runtime::auth::Authenticator;
 use qim_runtime::http::ReadinessCheck;
 use qim_runtime::startup::{Startup, Unreachable};
 use qim_runtime::telemetry;
@@ -76,7 +77,8 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
         max_body_bytes: config.max_body_bytes,
     };
     let ready = readiness(stores.ready.clone(), publisher.clone());
-    let app = api::router(state, config.api_token.clone(), metrics, ready);
+    let auth = Authenticator::new(&config.auth).context("loading the API's token keys")?;
+    let app = api::router(state, auth, metrics, ready);
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding {}", config.http_addr))?;

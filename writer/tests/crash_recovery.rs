@@ -141,10 +141,11 @@ async fn the_binary_killed_between_publish_and_outbox_recovers_after_restart() {
     let base = format!("http://127.0.0.1:{port}");
     let mut child = spawn_writer(&config, port, Some("writer::after_publish=return(abort)"));
     wait_ready(&base).await;
+    support::Client::new(&base).add_members(c.tenant, c.conversation, &[c.sender]).await;
     let client = reqwest::Client::new();
     let send = client
         .post(format!("{base}/v1/messages"))
-        .bearer_auth(support::TOKEN)
+        .bearer_auth(support::operator_token(&c.tenant.to_hex()))
         .json(&send_body(c.tenant, c.conversation, c.sender, "crash-1", "hi"))
         .send()
         .await;

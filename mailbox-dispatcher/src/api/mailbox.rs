@@ -5,6 +5,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
 use qim_store::ids::{TenantId, UserId};
 use qim_store::mailbox::{lane_of, shard_of, EventGroup, MailboxSeq};
@@ -186,11 +187,13 @@ fn check_epoch(state: &ApiState, after: MailboxSeq) -> Result<(), MailboxError> 
 /// events (whole entries; the first may exceed it), never past what was delivered.
 pub async fn range(
     State(state): State<ApiState>,
+    caller: Caller,
     Path((tenant, user)): Path<(String, String)>,
     params: Result<Query<RangeParams>, QueryRejection>,
 ) -> Result<Json<PageView>, MailboxError> {
     let Query(p) = params?;
     let (tenant, user) = target(&tenant, &user)?;
+    caller.act_as(tenant, user, Scope::Read)?;
     if !(1..=MAX_LIMIT).contains(&p.limit) {
         return Err(ApiError::invalid(format!("limit must be in 1..={MAX_LIMIT}, got {}", p.limit)).into());
     }
@@ -229,11 +232,13 @@ pub struct TrimView {
 /// entry up to and including `through` (not past what was delivered); cursors below it expire.
 pub async fn truncate(
     State(state): State<ApiState>,
+    caller: Caller,
     Path((tenant, user)): Path<(String, String)>,
     body: Result<Json<TruncateBody>, JsonRejection>,
 ) -> Result<Json<TrimView>, MailboxError> {
     let Json(body) = body?;
     let (tenant, user) = target(&tenant, &user)?;
+    caller.act_as(tenant, user, Scope::Read)?;
     let through = cursor("through", &body.through)?;
     if through.epoch() != state.epoch {
         return Err(

@@ -10,16 +10,18 @@ use std::time::Duration;
 use qim_store::ids::{ConversationId, MessageId, TenantId, UnixMillis, UserId, MILLIS_PER_DAY};
 use qim_store::mailbox::{lane_of, shard_of, DispatchId, DispatchManifest};
 use serde_json::{json, Value};
-use support::{fresh, message, wait_for, Fixture, Kind, SHARDS, TOKEN};
+use support::{fresh, message, token_for, wait_for, Fixture, Kind, SHARDS};
 
-fn manifest(tenant: TenantId, user: UserId, created_at: UnixMillis) -> DispatchManifest {
+/// A dispatch of one message to `user` alone, created at `created_at`.
+pub(crate) fn manifest(tenant: TenantId, user: UserId, created_at: UnixMillis) -> DispatchManifest {
     let mut record = message(tenant, fresh(ConversationId), 1, user);
     record.created_at = created_at;
     let id = DispatchId { message_id: record.message_id, shard: shard_of(&tenant, &user, SHARDS) };
     DispatchManifest::new(id, qim_mailbox_dispatcher::router::route::message_ref(&record), vec![user])
 }
 
-fn seqs(page: &Value) -> Vec<String> {
+/// The seqs of a mailbox page's entries.
+pub(crate) fn seqs(page: &Value) -> Vec<String> {
     page["entries"].as_array().unwrap().iter().map(|e| e["seq"].as_str().unwrap().to_owned()).collect()
 }
 
@@ -104,7 +106,7 @@ async fn reads_trims_and_expiry_over_http(kind: Kind) {
     let http = reqwest::Client::new();
     let r = http.get(format!("{}{path}", d.base)).send().await.unwrap();
     assert_eq!(r.status(), 401, "no token");
-    let r = http.get(format!("{}{path}", d.base)).bearer_auth(format!("{TOKEN}x")).send().await.unwrap();
+    let r = http.get(format!("{}{path}", d.base)).bearer_auth(format!("{}x", token_for(&path))).send().await.unwrap();
     assert_eq!(r.status(), 401, "wrong token");
     for probe in ["/healthz", "/readyz", "/metrics"] {
         let r = http.get(format!("{}{probe}", d.base)).send().await.unwrap();

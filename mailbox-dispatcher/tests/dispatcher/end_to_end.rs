@@ -1,16 +1,18 @@
 //! The whole path through the public APIs: members added through the writer's admin API, two
 //! messages sent (one retried) through the writer, and every member reads exactly those two
-//! entries, in conversation order, from the dispatcher's mailbox API.
+//! entries, in conversation order, from the dispatcher's mailbox API; a non-member's send between
+//! them is refused and reaches no mailbox.
 
 use crate::support;
 
 use std::time::Duration;
 
 use qim_mailbox_dispatcher::config::Backend;
-use qim_store::ids::{ConversationId, TenantId};
+use qim_store::ids::{ConversationId, TenantId, UserId};
+use qim_testkit::tokens::user_token;
 use qim_writer::config::{Backend as WriterBackend, WriterEnv};
 use serde_json::{json, Value};
-use support::{fresh, users, Fixture, Kind, TOKEN};
+use support::{fresh, operator_token, users, Fixture, Kind};
 
 async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
     let f = Fixture::new(kind).await;
@@ -30,7 +32,7 @@ async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
         ("QIM_WRITER_HTTP_ADDR", "127.0.0.1:0"),
         ("QIM_RECOVERY_GRACE_SECS", "1"),
         ("QIM_RECOVERY_INTERVAL_SECS", "1"),
-        ("QIM_API_TOKEN", TOKEN),
+        ("QIM_AUTH_HS256_SECRET", qim_testkit::tokens::TEST_HS256_SECRET),
         ("QIM_LOG", "warn"),
     ])
     .expect("the writer's test configuration");
@@ -39,16 +41,17 @@ async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
     let writer = qim_writer::serve::start(config, stop_writer.clone()).await.expect("the writer starts");
     let w = format!("http://{}", writer.addr);
     let d = f.start().await;
+    let (tenant, conversation) = (fresh(TenantId), fresh(ConversationId));
+    let token = operator_token(&tenant.to_hex());
     let http = reqwest::Client::new();
     let post = |path: String, body: Value| {
-        let http = http.clone();
+        let (http, token) = (http.clone(), token.clone());
         async move {
-            let r = http.post(path).bearer_auth(TOKEN).json(&body).send().await.unwrap();
+            let r = http.post(path).bearer_auth(token).json(&body).send().await.unwrap();
             (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
         }
     };
 
-    let (tenant, conversation) = (fresh(TenantId), fresh(ConversationId));
     let members = users(40);
     let hex: Vec<String> = members.iter().map(|u| u.to_hex()).collect();
     let (status, body) =
@@ -64,8 +67,17 @@ async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
     assert_eq!(status, 200, "{first}");
     let (status, again) = post(format!("{w}/v1/messages"), send("c-1", "hello")).await;
     assert_eq!((status, &again), (200, &first), "a retry is answered identically");
+    // A non-member's send, with a valid token of their own: refused, so it takes no seq (the
+    // next send is seq 2) and reaches no mailbox (each member's page below holds c-1 and c-2
+    // only, and neither does the outsider's own).
+    let outsider = fresh(UserId);
+    let outsider_token = user_token(&tenant.to_hex(), &outsider.to_hex(), "send read");
+    let mut refused = send("x-1", "let me in");
+    refused["sender"] = outsider.to_hex().into();
+    let r = http.post(format!("{w}/v1/messages")).bearer_auth(&outsider_token).json(&refused).send().await.unwrap();
+    assert_eq!(r.status(), 403, "a non-member's send: {}", r.text().await.unwrap_or_default());
     let (status, second) = post(format!("{w}/v1/messages"), send("c-2", "world")).await;
-    assert_eq!(status, 200, "{second}");
+    assert_eq!((status, second["conversation_seq"].as_u64()), (200, Some(2)), "{second}");
     let want = [first["message_id"].clone(), second["message_id"].clone()];
 
     for u in &members {
@@ -95,6 +107,8 @@ async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
             .collect();
         assert_eq!(seqs, [first["conversation_seq"].as_u64().unwrap(), second["conversation_seq"].as_u64().unwrap()]);
     }
+    let (status, page) = d.get(&format!("/v1/tenants/{tenant}/users/{outsider}/mailbox")).await;
+    assert_eq!((status, page["entries"].as_array().map(Vec::len)), (200, Some(0)), "{page}");
     d.stop().await;
     stop_writer.cancel();
     writer.wait().await.expect("the writer stops cleanly");

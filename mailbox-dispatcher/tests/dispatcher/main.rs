@@ -6,6 +6,7 @@
 mod support;
 
 mod api;
+mod auth_matrix;
 mod crash;
 mod duplicates;
 mod end_to_end;

@@ -17,12 +17,15 @@ fn binary() -> Command {
 
 #[test]
 fn check_config_validates_without_connecting() {
-    let ok = binary().arg("check-config").output().unwrap();
+    let ok = binary().arg("check-config").env("QIM_AUTH_DISABLED", "true").output().unwrap();
     assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
     let out = String::from_utf8_lossy(&ok.stdout);
-    for line in
-        ["QIM_MAILBOX_SHARDS=8", "QIM_DISPATCH_ADVANCE_MILLIS=250", "QIM_DISPATCHER_DLQ_TOPIC=qim.mailbox.dlq.v1"]
-    {
+    for line in [
+        "QIM_MAILBOX_SHARDS=8",
+        "QIM_DISPATCH_ADVANCE_MILLIS=250",
+        "QIM_DISPATCHER_DLQ_TOPIC=qim.mailbox.dlq.v1",
+        "QIM_RATE_LIMIT_USER_PER_SEC=50",
+    ] {
         assert!(out.contains(line), "{line} missing from:\n{out}");
     }
 
@@ -32,13 +35,18 @@ fn check_config_validates_without_connecting() {
         .env("QIM_DISPATCH_CHUNKS_IN_FLIGHT", "0")
         .env("QIM_DISPATCH_ADVANCE_MILLIS", "soon")
         .env("QIM_MAILBOX_SHARD", "8")
+        .env("QIM_RATE_LIMIT_TENANT_PER_SEC", "-1")
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
-    for name in
-        ["QIM_MAILBOX_EPOCH", "QIM_DISPATCH_CHUNKS_IN_FLIGHT", "QIM_DISPATCH_ADVANCE_MILLIS", "QIM_MAILBOX_SHARD "]
-    {
+    for name in [
+        "QIM_MAILBOX_EPOCH",
+        "QIM_DISPATCH_CHUNKS_IN_FLIGHT",
+        "QIM_DISPATCH_ADVANCE_MILLIS",
+        "QIM_MAILBOX_SHARD ",
+        "QIM_RATE_LIMIT_TENANT_PER_SEC",
+    ] {
         assert!(err.contains(name), "{name} not named in:\n{err}");
     }
 

@@ -103,7 +103,8 @@ mod tests {
     use clap::{Args, FromArgMatches};
 
     use super::*;
-    use crate::env::groups::{ApiArgs, CommonArgs, KafkaArgs, StoreArgs};
+    use crate::env::auth::AuthArgs;
+    use crate::env::groups::{CommonArgs, KafkaArgs, StoreArgs};
 
     #[derive(Args, Debug)]
     struct Shared {
@@ -112,7 +113,7 @@ mod tests {
         #[command(flatten)]
         kafka: KafkaArgs,
         #[command(flatten)]
-        api: ApiArgs,
+        auth: AuthArgs,
         #[command(flatten)]
         common: CommonArgs,
     }
@@ -135,7 +136,7 @@ mod tests {
     fn defaults_are_valid_in_production() {
         let resolved = check_pairs(&[]).expect("the documented defaults are valid");
         assert!(has(&resolved, "QIM_STORE_BACKEND", "redis"), "{resolved:?}");
-        assert!(has(&resolved, "QIM_API_TOKEN", "(unset)"), "{resolved:?}");
+        assert!(has(&resolved, "QIM_AUTH_HS256_SECRET", "(unset)"), "{resolved:?}");
     }
 
     #[test]
@@ -175,8 +176,8 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted() {
-        let resolved = check_pairs(&[("QIM_API_TOKEN", "hunter2")]).unwrap();
-        assert!(has(&resolved, "QIM_API_TOKEN", "(set, redacted)"));
+        let resolved = check_pairs(&[("QIM_AUTH_HS256_SECRET", "hunter2")]).unwrap();
+        assert!(has(&resolved, "QIM_AUTH_HS256_SECRET", "(set, redacted)"));
         assert!(!format!("{resolved:?}").contains("hunter2"));
     }
 

@@ -99,21 +99,6 @@ pub struct ArchiverGroupArgs {
     pub archiver_group: String,
 }
 
-/// The bearer token of the services that serve a `/v1` API.
-#[derive(Args, Clone, Debug)]
-pub struct ApiArgs {
-    /// Optional bearer token; when set, every `/v1` request must carry it.
-    #[arg(long, verbatim_doc_comment, env = "QIM_API_TOKEN", hide_env_values = true)]
-    pub api_token: Option<String>,
-}
-
-impl ApiArgs {
-    /// The token, when one is set (an empty value sets none).
-    pub fn token(&self) -> Option<String> {
-        self.api_token.clone().filter(|t| !t.is_empty())
-    }
-}
-
 /// Logs and the start-up deadline: read by every service.
 #[derive(Args, Clone, Debug)]
 pub struct CommonArgs {

@@ -10,6 +10,7 @@
 //! - [`check`]: the environment checked as a whole before anything connects;
 //! - [`known`]: every variable some qim service reads (generated; see its docs).
 
+pub mod auth;
 pub mod check;
 pub mod describe;
 pub mod groups;
@@ -20,9 +21,10 @@ use std::collections::BTreeMap;
 
 use clap::{ArgMatches, Args, Command, FromArgMatches};
 
+pub use auth::{AuthArgs, PublicKeyAlgorithm};
 pub use check::Problem;
 pub use describe::{variables, Variable};
-pub use groups::{ApiArgs, ArchiverGroupArgs, CommonArgs, KafkaArgs, StoreArgs, StoreBackend};
+pub use groups::{ArchiverGroupArgs, CommonArgs, KafkaArgs, StoreArgs, StoreBackend};
 pub use whole::{whole, Whole};
 
 /// A service's variables as one clap group, and the typed configuration built from them.

@@ -39,6 +39,11 @@ use crate::ids::{ConversationId, TenantId, UserId};
 /// missed an update (its write failed after the durable change) can serve.
 pub const CACHE_TTL_MILLIS: u64 = 10 * 60 * 1000;
 
+/// The suffix of a conversation's cached member set (the key layout above).
+pub(crate) const MEMBERS_SUFFIX: &str = "members";
+/// The suffix of a conversation's cache marker.
+pub(crate) const MEMBERS_CACHED_SUFFIX: &str = "memberscached";
+
 /// Members per fill script call.
 const FILL_CHUNK: usize = 2_000;
 
@@ -102,8 +107,8 @@ impl RedisMembershipCache {
     fn keys(&self, tenant: TenantId, conversation: ConversationId) -> [String; 4] {
         let tag = format!("{}:{{c:{}{}}}", self.ns, tenant.to_hex(), conversation.to_hex());
         [
-            format!("{tag}:members"),
-            format!("{tag}:memberscached"),
+            format!("{tag}:{MEMBERS_SUFFIX}"),
+            format!("{tag}:{MEMBERS_CACHED_SUFFIX}"),
             format!("{tag}:membersgen"),
             format!("{tag}:membersfill"),
         ]

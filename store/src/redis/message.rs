@@ -343,7 +343,16 @@ fn missing(what: &str) -> StoreError {
 #[async_trait]
 impl MessageStore for RedisMessageStore {
     async fn reserve(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
-        self.reserve_commit(request, proposed_id).await
+        self.reserve_commit(request, proposed_id, None).await
+    }
+
+    async fn reserve_from_member(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: &dyn HistoryAuthorizer,
+    ) -> StoreResult<Commit> {
+        self.reserve_commit(request, proposed_id, Some(members)).await
     }
 
     async fn put_record(&self, intent: &CommitIntent) -> StoreResult<Commit> {

@@ -88,6 +88,29 @@ pub async fn reserve_replay_with_same_bytes_returns_first_commit(h: &dyn Message
     assert_eq!(next.intent.seq, ConversationSeq(2), "a replay does not consume a seq");
 }
 
+/// A send reserved for a member of the conversation: a non-member is `Forbidden` and leaves no
+/// seq (the next member's send gets the next one) and no commit; a member's is an ordinary
+/// reservation, replayed identically.
+pub async fn reserve_from_member_refuses_a_non_member_before_issuing_anything(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let members = MembershipAuthorizer::default();
+    members.admit(t, conv, user(1));
+    let outsider = request(t, user(2), "o1", conv, b"let me in");
+    for _ in 0..2 {
+        let refused = store.reserve_from_member(&outsider, fresh_message_id(), &members).await;
+        assert_eq!(refused.map_err(|e| e.kind()).err(), Some(ErrorKind::Forbidden), "a non-member's send");
+    }
+    assert_eq!(store.load_commit(&outsider.key).await.unwrap(), None, "no commit for the refused send");
+    let first = request(t, user(1), "m1", conv, b"hello");
+    let c = store.reserve_from_member(&first, fresh_message_id(), &members).await.unwrap();
+    assert_eq!((c.intent.seq, c.state), (ConversationSeq(1), CommitState::Reserved), "no seq was issued before");
+    assert_eq!(store.reserve_from_member(&first, fresh_message_id(), &members).await.unwrap(), c, "a replay");
+    let next = request(t, user(1), "m2", conv, b"x");
+    let next = store.reserve_from_member(&next, fresh_message_id(), &members).await.unwrap();
+    assert_eq!(next.intent.seq, ConversationSeq(2));
+}
+
 async fn commit_fully_from(store: &dyn MessageStore, reserved: &Commit) -> Commit {
     let key = &reserved.intent.request.key;
     store.put_record(&reserved.intent).await.unwrap();

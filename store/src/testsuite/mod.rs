@@ -124,6 +124,7 @@ macro_rules! message_store_contract_suite {
             reserve_allocates_increasing_seqs_per_conversation,
             reserve_replay_with_same_bytes_returns_first_commit,
             reserve_same_key_with_different_bytes_conflicts,
+            reserve_from_member_refuses_a_non_member_before_issuing_anything,
             load_commit_for_request_compares_bytes,
             states_move_forward_only_from_their_predecessor,
             outbox_and_commit_together_take_both_steps_in_order,

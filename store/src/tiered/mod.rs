@@ -235,6 +235,15 @@ impl MessageStore for TieredMessageStore {
         self.hot.reserve(request, proposed_id).await
     }
 
+    async fn reserve_from_member(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: &dyn HistoryAuthorizer,
+    ) -> StoreResult<Commit> {
+        self.hot.reserve_from_member(request, proposed_id, members).await
+    }
+
     async fn put_record(&self, intent: &CommitIntent) -> StoreResult<Commit> {
         self.hot.put_record(intent).await
     }

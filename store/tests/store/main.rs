@@ -25,3 +25,4 @@ mod scylla_message_behaviour;
 mod scylla_message_contract;
 mod scylla_message_recovery;
 mod tiered_message_store;
+mod tiered_send_membership;

@@ -147,6 +147,9 @@ impl PipelineEnv {
         match kind {
             ServiceKind::Writer => v.extend([
                 ("QIM_WRITER_HTTP_ADDR", format!("127.0.0.1:{}", self.writer_port)),
+                // The harness drives the pipeline, not its API's authorization (the writer's and
+                // the dispatcher's `auth_matrix` tests do): no tokens, no rate limits.
+                ("QIM_AUTH_DISABLED", "true".into()),
                 ("QIM_ARCHIVER_GROUP", self.archiver_group.clone()),
                 ("QIM_RECOVERY_GRACE_SECS", "5".into()),
                 ("QIM_RECOVERY_INTERVAL_SECS", "1".into()),
@@ -160,6 +163,7 @@ impl PipelineEnv {
             ]),
             ServiceKind::Dispatcher => v.extend([
                 ("QIM_DISPATCHER_HTTP_ADDR", format!("127.0.0.1:{}", self.dispatcher_port)),
+                ("QIM_AUTH_DISABLED", "true".into()),
                 ("QIM_MAILBOX_SHARDS", self.mailbox_shards.to_string()),
                 ("QIM_DISPATCH_TOPIC", self.dispatch_topic.clone()),
                 ("QIM_DISPATCHER_GROUP", self.dispatcher_group.clone()),

@@ -3,6 +3,7 @@
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::Json;
+use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::{MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL};
@@ -54,36 +55,48 @@ fn users(body: Result<Json<UsersBody>, JsonRejection>) -> Result<Vec<UserId>, Ap
     body.users.iter().map(|u| id("users[]", u, UserId::from_hex)).collect()
 }
 
-/// Adds members; answers how many were new.
+/// Adds members (scope `admin`); answers how many were new.
 pub async fn add(
     State(state): State<ApiState>,
+    caller: Caller,
     Path((tenant, conversation)): Path<(String, String)>,
     body: Result<Json<UsersBody>, JsonRejection>,
 ) -> Result<Json<ChangedView>, ApiError> {
     let (tenant, conversation) = target(&tenant, &conversation)?;
+    caller.administer(tenant)?;
     let changed = state.members.add_members(tenant, conversation, &users(body)?).await?;
     Ok(Json(ChangedView { changed }))
 }
 
-/// Removes members; answers how many were members.
+/// Removes members (scope `admin`); answers how many were members.
 pub async fn remove(
     State(state): State<ApiState>,
+    caller: Caller,
     Path((tenant, conversation)): Path<(String, String)>,
     body: Result<Json<UsersBody>, JsonRejection>,
 ) -> Result<Json<ChangedView>, ApiError> {
     let (tenant, conversation) = target(&tenant, &conversation)?;
+    caller.administer(tenant)?;
     let changed = state.members.remove_members(tenant, conversation, &users(body)?).await?;
     Ok(Json(ChangedView { changed }))
 }
 
-/// Lists members after `after`, at most `limit`.
+/// Lists members after `after`, at most `limit`: to a member (scope `read`), an admin or a
+/// gateway of the tenant.
 pub async fn list(
     State(state): State<ApiState>,
+    caller: Caller,
     Path((tenant, conversation)): Path<(String, String)>,
     params: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Json<MembersView>, ApiError> {
     let Query(p) = params?;
     let (tenant, conversation) = target(&tenant, &conversation)?;
+    if !caller.oversees(tenant) {
+        if let Some(user) = caller.own_user()? {
+            caller.act_as(tenant, user, Scope::Read)?;
+            state.authorizer.authorize_history(tenant, conversation, user).await?;
+        }
+    }
     let after = p.after.as_deref().map(|a| id("after", a, UserId::from_hex)).transpose()?;
     let limit = within("limit", p.limit, 1, MAX_MEMBERS_PAGE)?;
     let page = state.members.members_page(tenant, conversation, after, limit).await?;

@@ -4,6 +4,7 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
+use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
 use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::message::{
@@ -72,14 +73,19 @@ impl SendBody {
     }
 }
 
-/// Commits one message; 200 with the committed coordinates.
+/// Commits one message from a member of the conversation; 200 with the committed coordinates.
+/// A caller that may not act as the sender, or a sender who is not a member, gets 403 before
+/// anything is reserved (no seq, record, Kafka record or mailbox entry).
 pub async fn send(
     State(state): State<ApiState>,
+    caller: Caller,
     body: Result<Json<SendBody>, JsonRejection>,
 ) -> Result<Json<SendAnswer>, ApiError> {
     let Json(body) = body?;
     let request = body.into_request(state.max_body_bytes)?;
-    let commit = state.committer.commit(&request).await.map_err(|e| match e {
+    let key = &request.key;
+    caller.act_as(key.tenant, key.sender, Scope::Send)?;
+    let commit = state.committer.commit(&request, state.authorizer.as_ref()).await.map_err(|e| match e {
         CommitError::Store(e) => ApiError::from(e),
         CommitError::Publish(e) => {
             tracing::warn!(error = %e, "publication failed; the recovery loop will finish the commit");
@@ -159,9 +165,10 @@ pub struct PageView {
     has_more: bool,
 }
 
-/// Reads one page of a conversation's history for a member.
+/// Reads one page of a conversation's history for a member (the store asks the authorizer).
 pub async fn history(
     State(state): State<ApiState>,
+    caller: Caller,
     Path((tenant, conversation)): Path<(String, String)>,
     params: Result<Query<HistoryParams>, QueryRejection>,
 ) -> Result<Json<PageView>, ApiError> {
@@ -180,6 +187,7 @@ pub async fn history(
         max_items: within("max_items", p.max_items, 1, MAX_PAGE_ITEMS)?,
         max_bytes: within("max_bytes", p.max_bytes, 1, 64 * 1024 * 1024)?,
     };
+    caller.act_as(query.tenant, query.viewer, Scope::Read)?;
     let page = state.store.history_page(&query, state.authorizer.as_ref()).await?;
     Ok(Json(PageView {
         records: page.records.into_iter().map(RecordView::from).collect(),

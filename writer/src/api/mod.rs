@@ -1,17 +1,19 @@
 //! The writer's HTTP API, versioned under `/v1` (JSON), plus `/healthz`, `/readyz`, `/metrics`.
 //!
-//! | method | path | what |
-//! |---|---|---|
-//! | POST | `/v1/messages` | send; answered at COMMITTED |
-//! | GET | `/v1/tenants/{tenant}/conversations/{conversation}/messages` | a history page |
-//! | POST | `/v1/tenants/{tenant}/summaries` | unread summaries for a viewer |
-//! | GET | `/v1/tenants/{tenant}/conversations/{conversation}/members` | members, paged |
-//! | POST | `/v1/tenants/{tenant}/conversations/{conversation}/members/add` | add members |
-//! | POST | `/v1/tenants/{tenant}/conversations/{conversation}/members/remove` | remove members |
+//! | method | path | what | credential |
+//! |---|---|---|---|
+//! | POST | `/v1/messages` | send; answered at COMMITTED | `send` as `sender`, a member; or `gateway` |
+//! | GET | `/v1/tenants/{tenant}/conversations/{conversation}/messages` | a history page | `read` as `viewer`, a member; or `gateway` |
+//! | POST | `/v1/tenants/{tenant}/summaries` | unread summaries for a viewer | `read` as `viewer`; or `gateway` |
+//! | GET | `/v1/tenants/{tenant}/conversations/{conversation}/members` | members, paged | `read`, a member; or `admin`, `gateway` |
+//! | POST | `/v1/tenants/{tenant}/conversations/{conversation}/members/add` | add members | `admin` |
+//! | POST | `/v1/tenants/{tenant}/conversations/{conversation}/members/remove` | remove members | `admin` |
 //!
-//! Every id is 32 hex digits. Errors are `{"error": {"code", "message"}}` with a 4xx status for
-//! bad input (`invalid_json`, `invalid_request`, `invalid_query`, `payload_too_large`,
-//! `unauthorized`, `forbidden`, `conflict`) and 503 `unavailable` when a backend is down.
+//! Every credential is a token of the tenant the request names ([`qim_runtime::auth`]). Every
+//! id is 32 hex digits. Errors are `{"error": {"code", "message"}}` with a 4xx status for bad
+//! input (`invalid_json`, `invalid_request`, `invalid_query`, `payload_too_large`,
+//! `unauthorized`, `forbidden`, `conflict`, `rate_limited`) and 503 `unavailable` when a
+//! backend is down.
 
 mod members;
 mod messages;
@@ -25,7 +27,8 @@ use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use qim_runtime::http::{count_requests, operational_routes, require_bearer, ReadinessCheck};
+use qim_runtime::auth::{authenticate, Authenticator};
+use qim_runtime::http::{count_requests, operational_routes, ReadinessCheck};
 use qim_store::{HistoryAuthorizer, MembershipStore, MessageStore};
 
 use crate::committer::DurableMessageCommitter;
@@ -43,14 +46,14 @@ pub struct ApiState {
     pub store: Arc<dyn MessageStore>,
     /// Conversation membership.
     pub members: Arc<dyn MembershipStore>,
-    /// Admits history viewers (members only).
+    /// Admits members only: history viewers, senders, members listing.
     pub authorizer: Arc<dyn HistoryAuthorizer>,
     /// Largest message body in bytes.
     pub max_body_bytes: usize,
 }
 
-/// The whole router: `/v1` behind the optional bearer token, operational routes open.
-pub fn router(state: ApiState, token: Option<String>, metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
+/// The whole router: `/v1` behind `auth`, operational routes open.
+pub fn router(state: ApiState, auth: Arc<Authenticator>, metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
     // JSON escaping can grow a body up to six-fold; the payload limit itself is checked after
     // decoding, so the transport limit only has to stop abuse.
     let transport_limit = state.max_body_bytes.saturating_mul(6).saturating_add(ENVELOPE_ALLOWANCE);
@@ -61,7 +64,7 @@ pub fn router(state: ApiState, token: Option<String>, metrics: PrometheusHandle,
         .route("/v1/tenants/{tenant}/conversations/{conversation}/members", get(members::list))
         .route("/v1/tenants/{tenant}/conversations/{conversation}/members/add", post(members::add))
         .route("/v1/tenants/{tenant}/conversations/{conversation}/members/remove", post(members::remove))
-        .layer(middleware::from_fn_with_state(token.map(Arc::<str>::from), require_bearer))
+        .layer(middleware::from_fn_with_state(auth, authenticate))
         .layer(DefaultBodyLimit::max(transport_limit))
         .with_state(state);
     v1.merge(operational_routes(metrics, ready)).layer(middleware::from_fn_with_state(HTTP_REQUESTS, count_requests))

@@ -3,6 +3,7 @@
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::Json;
+use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::message::ReadPosition;
@@ -49,12 +50,14 @@ pub struct SummariesView {
 /// Unread counts for the viewer's conversations (messages after `read_through` sent by others).
 pub async fn summaries(
     State(state): State<ApiState>,
+    caller: Caller,
     Path(tenant): Path<String>,
     body: Result<Json<SummariesBody>, JsonRejection>,
 ) -> Result<Json<SummariesView>, ApiError> {
     let Json(body) = body?;
     let tenant = id("tenant", &tenant, TenantId::from_hex)?;
     let viewer = id("viewer", &body.viewer, UserId::from_hex)?;
+    caller.act_as(tenant, viewer, Scope::Read)?;
     within("positions (count)", body.positions.len(), 1, MAX_POSITIONS)?;
     let mut positions = Vec::with_capacity(body.positions.len());
     for p in &body.positions {

@@ -7,6 +7,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use qim_runtime::auth::{AuthConfig, KeySource};
 use qim_runtime::kafka::messages::decode;
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::message::MessageRecord;
@@ -23,7 +24,13 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 pub use qim_testkit::stack::{kafka_brokers as brokers, redis_url, unique_name as unique, START_HINT as HINT};
-pub const TOKEN: &str = "test-token";
+pub use qim_testkit::tokens::operator_token;
+
+/// The writers' authentication: the test HS256 secret, no rate limits.
+pub fn test_auth() -> AuthConfig {
+    let secret = qim_testkit::tokens::TEST_HS256_SECRET.as_bytes().to_vec();
+    AuthConfig { keys: Some(KeySource::Hs256 { secret }), ..AuthConfig::disabled() }
+}
 
 pub fn fresh<T>(make: fn([u8; 16]) -> T) -> T {
     make(*uuid::Uuid::new_v4().as_bytes())
@@ -70,34 +77,65 @@ pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
         max_in_flight: 64,
         recovery_grace: Duration::from_secs(1),
         recovery_interval: Duration::from_secs(1),
-        api_token: Some(TOKEN.to_owned()),
+        auth: test_auth(),
         log: "warn".to_owned(),
         startup_timeout: std::time::Duration::from_secs(30),
     }
 }
 
-/// A JSON client of one writer.
+/// A JSON client of one writer, calling with an operator token (`gateway admin`) of the tenant
+/// each request names. Before a sender's first send to a conversation it adds the sender as a
+/// member, as the IM's conversation set-up would: tests of authorization itself make their own
+/// requests.
 #[derive(Clone)]
 pub struct Client {
     pub base: String,
     pub http: reqwest::Client,
+    /// Senders already joined; held across a join so a racing send waits for it.
+    joined: std::sync::Arc<tokio::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Client {
     pub fn new(base: &str) -> Self {
-        Self { base: base.to_owned(), http: reqwest::Client::new() }
+        Self { base: base.to_owned(), http: reqwest::Client::new(), joined: Default::default() }
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self.http.post(format!("{}{path}", self.base)).bearer_auth(TOKEN).json(body).send().await.unwrap();
+        self.post_as(&operator_token(&tenant_of(path, body)), path, body).await
+    }
+
+    /// [`post`](Self::post) with `token`.
+    pub async fn post_as(&self, token: &str, path: &str, body: &Value) -> (u16, Value) {
+        if path == "/v1/messages" {
+            self.join_sender(body).await;
+        }
+        let r = self.http.post(format!("{}{path}", self.base)).bearer_auth(token).json(body).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self.http.get(format!("{}{path}", self.base)).bearer_auth(TOKEN).send().await.unwrap();
+        let token = operator_token(&tenant_of(path, &Value::Null));
+        let r = self.http.get(format!("{}{path}", self.base)).bearer_auth(token).send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Adds a send body's sender to its conversation, once per client.
+    async fn join_sender(&self, body: &Value) {
+        let (Some(tenant), Some(conversation), Some(sender)) =
+            (body["tenant"].as_str(), body["conversation"].as_str(), body["sender"].as_str())
+        else {
+            return; // a malformed body, sent as is
+        };
+        let mut joined = self.joined.lock().await;
+        if !joined.insert(format!("{tenant}/{conversation}/{sender}")) {
+            return;
+        }
+        let path = format!("/v1/tenants/{tenant}/conversations/{conversation}/members/add");
+        let r = self.http.post(format!("{}{path}", self.base)).bearer_auth(operator_token(tenant));
+        // Ids that are not hex are refused here and again by the send, which the test checks.
+        let _ = r.json(&json!({ "users": [sender] })).send().await;
     }
 
     pub async fn add_members(&self, tenant: TenantId, conversation: ConversationId, users: &[UserId]) {
@@ -204,7 +242,9 @@ pub fn spawn_writer(config: &WriterConfig, port: u16, failpoints: Option<&str>) 
         .env("QIM_KAFKA_BROKERS", &config.kafka_brokers)
         .env("QIM_MESSAGES_TOPIC", &config.messages_topic)
         .env("QIM_WRITER_HTTP_ADDR", format!("127.0.0.1:{port}"))
-        .env("QIM_API_TOKEN", TOKEN)
+        .env(qim_testkit::tokens::hs256_env().0, qim_testkit::tokens::hs256_env().1)
+        .env("QIM_RATE_LIMIT_TENANT_PER_SEC", "0")
+        .env("QIM_RATE_LIMIT_USER_PER_SEC", "0")
         .env("QIM_RECOVERY_GRACE_SECS", "1")
         .env("QIM_RECOVERY_INTERVAL_SECS", "1")
         .env("QIM_LOG", "warn")
@@ -221,5 +261,13 @@ pub async fn wait_ready(base: &str) {
     while !reqwest::get(format!("{base}/readyz")).await.is_ok_and(|r| r.status() == 200) {
         assert!(Instant::now() < deadline, "qim-writer did not become ready at {base}");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The tenant a request names: the path's `/v1/tenants/{tenant}/`, else the body's `tenant`.
+pub fn tenant_of(path: &str, body: &Value) -> String {
+    match qim_testkit::tokens::tenant_in_path(path) {
+        Some(tenant) => tenant.to_owned(),
+        None => body["tenant"].as_str().unwrap_or_default().to_owned(),
     }
 }

@@ -20,12 +20,33 @@ fn text(bytes: &[u8]) -> String {
 
 #[test]
 fn check_config_prints_the_resolved_environment() {
-    let out = writer(&["check-config"], &[("QIM_API_TOKEN", "secret-token")]);
+    let secret = "a-secret-of-at-least-thirty-two-bytes";
+    let out = writer(&["check-config"], &[("QIM_AUTH_HS256_SECRET", secret)]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("QIM_STORE_BACKEND=redis"), "{stdout}");
     assert!(stdout.contains("QIM_WRITER_HTTP_ADDR=127.0.0.1:8080"), "{stdout}");
-    assert!(!stdout.contains("secret-token"), "the token is redacted: {stdout}");
+    assert!(stdout.contains("QIM_AUTH_HS256_SECRET=(set, redacted)"), "{stdout}");
+    assert!(!stdout.contains(secret), "the secret is redacted: {stdout}");
+}
+
+#[test]
+fn check_config_refuses_an_api_without_keys_and_unusable_keys() {
+    let out = writer(&["check-config"], &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("QIM_AUTH_HS256_SECRET") && stderr.contains("QIM_AUTH_DISABLED"), "{stderr}");
+    let keys = qim_testkit::tokens::keys_dir();
+    let not_a_key = keys.join("jwks.json");
+    let out = writer(&["check-config"], &[("QIM_AUTH_PUBLIC_KEY_FILE", not_a_key.to_str().unwrap())]);
+    assert_eq!(out.status.code(), Some(2), "a JWK set is not a PEM key");
+    let missing = keys.join("no-such-file.pem");
+    let out = writer(&["check-config"], &[("QIM_AUTH_JWKS_FILE", missing.to_str().unwrap())]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no-such-file.pem"), "{}", text(&out.stderr));
+    let jwks = keys.join("jwks.json");
+    let out = writer(&["check-config"], &[("QIM_AUTH_JWKS_FILE", jwks.to_str().unwrap())]);
+    assert!(out.status.success(), "stderr: {}", text(&out.stderr));
 }
 
 #[test]
@@ -73,8 +94,12 @@ fn migrate_creates_then_verifies_and_never_alters_replication() {
     );
     let keyspace = format!("qim_admin_{}", std::process::id());
     // One node here: RF 3 passes the production check and Cassandra accepts it for DDL.
-    let env =
-        [("QIM_SCYLLA_HOSTS", hosts.as_str()), ("QIM_SCYLLA_KEYSPACE", keyspace.as_str()), ("QIM_SCYLLA_RF", "3")];
+    let env = [
+        ("QIM_SCYLLA_HOSTS", hosts.as_str()),
+        ("QIM_SCYLLA_KEYSPACE", keyspace.as_str()),
+        ("QIM_SCYLLA_RF", "3"),
+        ("QIM_AUTH_DISABLED", "true"),
+    ];
     let first = writer(&["migrate"], &env);
     assert!(
         first.status.success(),
@@ -84,7 +109,7 @@ fn migrate_creates_then_verifies_and_never_alters_replication() {
     assert!(text(&first.stdout).contains(&format!("keyspace {keyspace} ready")));
     let second = writer(&["migrate"], &env);
     assert!(second.status.success(), "a second migrate verifies: {}", text(&second.stderr));
-    let other_rf = [env[0], env[1], ("QIM_SCYLLA_RF", "5")];
+    let other_rf = [env[0], env[1], ("QIM_SCYLLA_RF", "5"), env[3]];
     let refused = writer(&["migrate"], &other_rf);
     assert_eq!(refused.status.code(), Some(1));
     assert!(text(&refused.stderr).contains("never altered"), "{}", text(&refused.stderr));

@@ -5,7 +5,23 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+/// Runs one case against each backend (a module's `Kind` in scope): `both!(case, ...)` makes
+/// `redis_backend::case` and `scylla_backend::case`.
+macro_rules! both {
+    ($($case:ident),* $(,)?) => {
+        mod redis_backend {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(super::Kind::Redis).await }) *
+        }
+        mod scylla_backend {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() { super::$case(super::Kind::Scylla).await }) *
+        }
+    };
+}
+
 mod admin;
 mod api;
+mod auth_matrix;
 mod redis_loss;
 mod shutdown;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_testkit::metrics::Exposition;
 use qim_testkit::ports::free_port;
-use support::{create_topic, fresh, read_topic, send_body, spawn_writer, wait_ready, Kind, TOKEN};
+use support::{create_topic, fresh, read_topic, send_body, spawn_writer, wait_ready, Client, Kind};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_finishes_in_flight_commits_and_exits_zero() {
@@ -20,12 +20,14 @@ async fn sigterm_finishes_in_flight_commits_and_exits_zero() {
     let mut child = spawn_writer(&config, port, None);
     wait_ready(&base).await;
     let (tenant, conversation, alice) = (fresh(TenantId), fresh(ConversationId), fresh(UserId));
+    Client::new(&base).add_members(tenant, conversation, &[alice]).await;
     let http = reqwest::Client::new();
+    let token = support::operator_token(&tenant.to_hex());
     let sends: Vec<_> = (0..200)
         .map(|n| {
             let request = http
                 .post(format!("{base}/v1/messages"))
-                .bearer_auth(TOKEN)
+                .bearer_auth(&token)
                 .json(&send_body(tenant, conversation, alice, &format!("s{n}"), "bye"))
                 .send();
             tokio::spawn(async move {

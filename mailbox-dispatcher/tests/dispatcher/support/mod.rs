@@ -32,7 +32,26 @@ use rdkafka::util::Timeout;
 use tokio_util::sync::CancellationToken;
 
 pub use qim_testkit::stack::{kafka_brokers as brokers, redis_url, unique_name as unique, START_HINT as HINT};
-pub const TOKEN: &str = "test-token";
+pub use qim_testkit::tokens::operator_token;
+
+/// The dispatchers' authentication: the test HS256 secret, no rate limits.
+pub fn test_auth() -> qim_runtime::auth::AuthConfig {
+    let secret = qim_testkit::tokens::TEST_HS256_SECRET.as_bytes().to_vec();
+    qim_runtime::auth::AuthConfig {
+        keys: Some(qim_runtime::auth::KeySource::Hs256 { secret }),
+        ..qim_runtime::auth::AuthConfig::disabled()
+    }
+}
+
+/// An operator token of the tenant `path` names; of some other tenant when that is no tenant id
+/// (a test of the path's validation, which answers before the token's tenant is compared).
+pub fn token_for(path: &str) -> String {
+    let tenant = qim_testkit::tokens::tenant_in_path(path).expect("a /v1/tenants/{tenant}/ path");
+    match TenantId::from_hex(tenant) {
+        Ok(_) => operator_token(tenant),
+        Err(_) => operator_token(&TenantId([0; 16]).to_hex()),
+    }
+}
 pub const SHARDS: u16 = 8;
 pub const EPOCH: ShardEpoch = ShardEpoch(0);
 
@@ -120,7 +139,7 @@ impl Fixture {
             keep_dispatches: Duration::from_secs(86_400),
             advance_every: Duration::from_millis(100),
             http_addr: "127.0.0.1:0".parse().unwrap(),
-            api_token: Some(TOKEN.to_owned()),
+            auth: test_auth(),
             log: "warn".to_owned(),
             startup_timeout: std::time::Duration::from_secs(30),
         };
@@ -170,7 +189,9 @@ impl Fixture {
             ("QIM_DISPATCHER_GROUP", k.group.clone()),
             ("QIM_MAILBOX_SHARDS", SHARDS.to_string()),
             ("QIM_DISPATCHER_HTTP_ADDR", format!("127.0.0.1:{port}")),
-            ("QIM_API_TOKEN", TOKEN.to_owned()),
+            qim_testkit::tokens::hs256_env(),
+            ("QIM_RATE_LIMIT_TENANT_PER_SEC", "0".to_owned()),
+            ("QIM_RATE_LIMIT_USER_PER_SEC", "0".to_owned()),
             ("QIM_LOG", "warn".to_owned()),
         ];
         match &self.config.backend {
@@ -323,14 +344,15 @@ impl TestDispatcher {
     }
 
     pub async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
-        let r = self.http.post(format!("{}{path}", self.base)).bearer_auth(TOKEN).json(body).send().await.unwrap();
+        let r = self.http.post(format!("{}{path}", self.base)).bearer_auth(token_for(path)).json(body).send();
+        let r = r.await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(serde_json::Value::Null))
     }
 }
 
 pub async fn get(http: &reqwest::Client, base: &str, path: &str) -> (u16, serde_json::Value) {
-    let r = http.get(format!("{base}{path}")).bearer_auth(TOKEN).send().await.unwrap();
+    let r = http.get(format!("{base}{path}")).bearer_auth(token_for(path)).send().await.unwrap();
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(serde_json::Value::Null))
 }

@@ -5,6 +5,7 @@
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UnixMillis, UserId};
 use crate::message::CommitKey;
+use crate::redis::membership_cache::{MEMBERS_CACHED_SUFFIX, MEMBERS_SUFFIX};
 
 /// Builds every key of one namespace.
 #[derive(Clone, Debug)]
@@ -28,6 +29,15 @@ impl Keys {
         key.push_str("}:");
         key.push_str(suffix);
         key
+    }
+
+    /// The conversation's member cache: its member set and its marker
+    /// ([`crate::redis::membership_cache`]), which a send's allocation consults.
+    pub(super) fn member_cache(&self, tenant: TenantId, conversation: ConversationId) -> [String; 2] {
+        [
+            self.conversation(tenant, conversation, MEMBERS_SUFFIX),
+            self.conversation(tenant, conversation, MEMBERS_CACHED_SUFFIX),
+        ]
     }
 
     /// The highest seq ever issued in the conversation (INCR counter).
@@ -247,9 +257,16 @@ mod tests {
         let keys = Keys::new("qim");
         let (t, c) = (TenantId([1; 16]), ConversationId([2; 16]));
         let tag = format!("{{c:{}{}}}", t.to_hex(), c.to_hex());
-        for k in
-            [keys.seq(t, c), keys.index(t, c), keys.records(t, c), keys.lower_bound(t, c), keys.gc_tombstones(t, c)]
-        {
+        let [members, cached] = keys.member_cache(t, c);
+        for k in [
+            keys.seq(t, c),
+            keys.index(t, c),
+            keys.records(t, c),
+            keys.lower_bound(t, c),
+            keys.gc_tombstones(t, c),
+            members,
+            cached,
+        ] {
             assert!(k.starts_with(&format!("qim:{tag}:")), "{k}");
         }
         assert_eq!(keys.recovery(), "qim:{recovery}");

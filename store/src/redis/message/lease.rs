@@ -168,6 +168,10 @@ pub(super) enum Allocation {
     Revalidate { counter: u64, floor: u64, token: String, run: String },
     /// Another caller revalidates.
     Wait,
+    /// The member cache can not say whether the sender is a member.
+    MembersUnknown,
+    /// The member cache says the sender is not a member.
+    NotMember,
 }
 
 /// Conversations whose lease an early extension is under way for (one at a time each).
@@ -218,27 +222,32 @@ impl RedisMessageStore {
     }
 
     /// Adds to `batch` the allocation of a seq for `key` in `conversation` at `now`
-    /// (`message_allocate_seq.lua`); [`Self::allocation`] reads its reply.
+    /// (`message_allocate_seq.lua`); [`Self::allocation`] reads its reply. With `check_sender`,
+    /// the allocation first asks the member cache whether the key's sender is a member.
     pub(super) fn allocate_seq(
         &self,
         batch: &mut Batch,
         key: &CommitKey,
         conversation: ConversationId,
         now: UnixMillis,
+        check_sender: bool,
     ) {
         let tenant = key.tenant;
         let [seq, lease, token, index, low, archived] = self.lease_keys(tenant, conversation);
         let claims = self.keys.claims(tenant, conversation);
         let times = self.keys.claim_times(tenant, conversation);
         let block = self.leases.as_ref().map_or(DEFAULT_LEASE_BLOCK, |l| l.block);
+        let [members, cached] = self.keys.member_cache(tenant, conversation);
+        let sender: &[u8] = if check_sender { &key.sender.0 } else { &[] };
         batch
-            .script(&ALLOCATE_SEQ, &[&seq, &lease, &token, &index, &low, &archived, &claims, &times])
+            .script(&ALLOCATE_SEQ, &[&seq, &lease, &token, &index, &low, &archived, &claims, &times, &members, &cached])
             .arg(claim(key))
             .arg(now.0)
             .arg(COMMIT_AUX_TTL_MILLIS)
             .arg(fresh_token())
             .arg(TOKEN_MILLIS)
-            .arg(block / 2);
+            .arg(block / 2)
+            .arg(sender);
     }
 
     /// The outcome of an allocation added by [`Self::allocate_seq`].
@@ -270,6 +279,8 @@ impl RedisMessageStore {
                 run: text(3, "a run id")?,
             }),
             "wait" => Ok(Allocation::Wait),
+            "members_unknown" => Ok(Allocation::MembersUnknown),
+            "not_member" => Ok(Allocation::NotMember),
             other => {
                 Err(StoreError::InvariantViolation(format!("message_allocate_seq: unexpected script status {other:?}")))
             }
@@ -286,7 +297,8 @@ impl RedisMessageStore {
         waits: u32,
     ) -> StoreResult<()> {
         match allocation {
-            Allocation::Issued { .. } => Ok(()),
+            // Nothing to prepare: the caller answers these itself.
+            Allocation::Issued { .. } | Allocation::MembersUnknown | Allocation::NotMember => Ok(()),
             Allocation::Extend(lease) => {
                 counter!(SEQ_LEASES, "step" => "extend_blocking").increment(1);
                 self.extend(tenant, conversation, &lease).await

@@ -10,12 +10,21 @@ use crate::codec::{decode_commit, encode_commit, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationSeq, MessageId};
 use crate::message::{Commit, CommitIntent, CommitRequest, CommitState};
+use crate::message_store::HistoryAuthorizer;
 use crate::message_store::COMMIT_AUX_TTL_MILLIS;
 use crate::rules::{check_request, conflict};
 
 impl RedisMessageStore {
-    /// [`MessageStore::reserve`](crate::MessageStore::reserve) on Redis.
-    pub(super) async fn reserve_commit(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
+    /// [`MessageStore::reserve`](crate::MessageStore::reserve) on Redis; with `members`,
+    /// [`MessageStore::reserve_from_member`](crate::MessageStore::reserve_from_member): the
+    /// allocation asks the member cache in the same round trip, and `members` is asked only when
+    /// the cache can not answer.
+    pub(super) async fn reserve_commit(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: Option<&dyn HistoryAuthorizer>,
+    ) -> StoreResult<Commit> {
         check_request(request)?;
         let key = &request.key;
         let (tenant, conversation) = (key.tenant, request.conversation);
@@ -26,15 +35,32 @@ impl RedisMessageStore {
         let created_at = self.clock.now();
         let member = aux_member(key, created_at);
         let (mut waits, mut prepares) = (0u32, 0u32);
+        let mut check_sender = members.is_some();
         let seq = loop {
             let mut batch = Batch::default();
-            self.allocate_seq(&mut batch, key, conversation, created_at);
+            self.allocate_seq(&mut batch, key, conversation, created_at, check_sender);
             batch.command("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member);
             let [allocated, listed] = two(run(&self.con, "reserving a commit", batch).await?)?;
             let allocation = match self.allocation(conversation, allocated) {
                 Ok(a) => a,
                 Err(e) => return self.reserve_without_seq(request, &request_bytes, &member, e).await,
             };
+            match (&allocation, members) {
+                (Allocation::NotMember, _) => {
+                    self.give_up_orphan(&member).await;
+                    return Err(not_a_member(request));
+                }
+                (Allocation::MembersUnknown, Some(members)) => {
+                    // The cache can not answer here: the durable membership does (and fills it).
+                    if let Err(e) = members.authorize_history(tenant, conversation, key.sender).await {
+                        self.give_up_orphan(&member).await;
+                        return Err(e);
+                    }
+                    check_sender = false;
+                    continue;
+                }
+                _ => {}
+            }
             if let Allocation::Issued { seq, lease, renew } = allocation {
                 if renew {
                     self.renew_soon(tenant, conversation, lease);
@@ -155,7 +181,14 @@ impl RedisMessageStore {
     }
 
     /// Best effort: removes a recovery entry that leads nowhere (else the auxiliary GC does).
+    /// Never the stored commit's: an entry is named by its `created_at`, fresh per attempt.
     pub(super) async fn give_up_orphan(&self, member: &str) {
         let _ = self.zrem(&self.keys.recovery(), member).await;
     }
+}
+
+/// The refusal of a send whose sender is not a member of the conversation (worded as the history
+/// authorizer words it).
+fn not_a_member(request: &CommitRequest) -> StoreError {
+    StoreError::Forbidden(format!("{} is not a member of conversation {}", request.key.sender, request.conversation))
 }

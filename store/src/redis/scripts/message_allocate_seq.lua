@@ -13,12 +13,15 @@
 -- KEYS[6]  the archived watermark    <ns>:{c:<tenant><conv>}:archived
 -- KEYS[7]  the claims                <ns>:{c:<tenant><conv>}:claims      HASH claim -> '<seq>:<claimed_at ms>'
 -- KEYS[8]  the claims by time        <ns>:{c:<tenant><conv>}:claimtimes  ZSET score = claimed_at ms
+-- KEYS[9]  the cached members        <ns>:{c:<tenant><conv>}:members     (membership_cached.lua)
+-- KEYS[10] the member cache's marker <ns>:{c:<tenant><conv>}:memberscached
 -- ARGV[1]  the claim: '<sender hex>:<client message id>'
 -- ARGV[2]  now, ms (the store's clock)
 -- ARGV[3]  how long a claim holds, ms
 -- ARGV[4]  a fresh token, in case a revalidation must begin
 -- ARGV[5]  how long a token holds, ms (Redis's clock: it only bounds a crashed holder)
 -- ARGV[6]  seqs left in the lease at or below which the caller should extend it early
+-- ARGV[7]  the sender's 16-byte user id, who must be a member; '' when the caller checked it
 --
 -- Replies:
 --   {'ok', seq, renew, through, run}
@@ -33,8 +36,22 @@
 --                               have rolled back. The caller now holds `token` and must restore,
 --                               read the durable mark and install a lease above it.
 --   {'wait'}                    another caller holds the revalidation token
+--   {'not_member'}              the member cache is valid and does not hold the sender
+--   {'members_unknown'}         the member cache is not valid in this copy of the data: the
+--                               caller asks the durable membership (which fills the cache)
 --   {'corrupt', reason}         a stored value is malformed
 -- (`run`, `number`, `valid_lease` and `visible_floor` come from lease_prelude.lua.)
+-- The sender's membership first, from the cache the history reads use, so a refused send
+-- issues nothing.
+if ARGV[7] ~= '' then
+  if redis.call('GET', KEYS[10]) ~= serving() then
+    return {'members_unknown'}
+  end
+  if not redis.call('ZSCORE', KEYS[9], ARGV[7]) then
+    return {'not_member'}
+  end
+end
+
 local counter, has_counter, bad = number(KEYS[1], 'seq counter')
 if bad then return bad end
 local floor, bad_floor = visible_floor()

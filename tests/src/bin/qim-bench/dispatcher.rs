@@ -256,7 +256,7 @@ async fn measure_in(kind: &str, w: &World, args: &Args) -> anyhow::Result<serde_
         // What a deployment runs by default (`QIM_DISPATCH_ADVANCE_MILLIS`).
         advance_every: Duration::from_millis(250),
         http_addr: "127.0.0.1:0".parse()?,
-        api_token: None,
+        auth: qim_runtime::auth::AuthConfig::disabled(),
         log: "warn".to_owned(),
         startup_timeout: std::time::Duration::from_secs(30),
     };

@@ -108,6 +108,12 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         archive.raise_high_water(*t, *c, ConversationSeq(mark)).await?;
     }
 
+    // Only members send: the sender joins each target in the durable table (the restarted
+    // writer's cache is empty, so each first send also reads its membership from there).
+    let members = qim_store::scylla::ScyllaMembershipStore::connect(&scylla).await?;
+    for (t, c) in &targets {
+        qim_store::MembershipStore::add_members(&members, *t, *c, &[qim_store::ids::UserId([7; 16])]).await?;
+    }
     let redis = RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() };
     let config = super::writer::writer_config(redis, scylla.clone(), &brokers, &topic, &group)?;
     let shutdown = CancellationToken::new();

@@ -154,6 +154,20 @@ fn send_body(n: u64, conversations: usize, payload: &str) -> serde_json::Value {
     })
 }
 
+/// Makes the bench's sender a member of every conversation it sends to: only members may send.
+/// Their cache is filled by the warm-up's first sends (the writer asks the durable table once per
+/// conversation); the measured sends are checked within their seq allocation.
+async fn join_sender(base: &str, conversations: usize) -> anyhow::Result<()> {
+    let http = reqwest::Client::new();
+    for n in 0..conversations as u64 {
+        let conversation = send_body(n, conversations, "")["conversation"].as_str().unwrap_or_default().to_owned();
+        let url = format!("{base}/v1/tenants/{}/conversations/{conversation}/members/add", TenantId([9; 16]).to_hex());
+        let r = http.post(url).json(&serde_json::json!({ "users": [UserId([7; 16]).to_hex()] })).send().await?;
+        anyhow::ensure!(r.status() == 200, "adding the sender answered {}", r.status());
+    }
+    Ok(())
+}
+
 async fn send(http: &reqwest::Client, url: &str, body: &serde_json::Value) -> anyhow::Result<()> {
     let r = http.post(url).json(body).send().await?;
     anyhow::ensure!(r.status() == 200, "the writer answered {}: {}", r.status(), r.text().await.unwrap_or_default());
@@ -250,7 +264,7 @@ pub fn writer_config(
         max_in_flight: 1024,
         recovery_grace: Duration::from_secs(30),
         recovery_interval: Duration::from_secs(5),
-        api_token: None,
+        auth: qim_runtime::auth::AuthConfig::disabled(),
         log: "warn".to_owned(),
         startup_timeout: Duration::from_secs(60),
     })
@@ -277,6 +291,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let shutdown = CancellationToken::new();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;
     let url = format!("http://{}/v1/messages", writer.addr);
+    join_sender(&format!("http://{}", writer.addr), args.conversations).await?;
     let metrics_url = format!("http://{}/metrics", writer.addr);
     let raw_ns = format!("{namespace}raw");
     let raw_conn =
