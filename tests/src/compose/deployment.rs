@@ -95,7 +95,7 @@ pub const PROFILES: &[Profile] = &[
 
 /// The only variables the compose file may interpolate (compose-level knobs, not container
 /// variables).
-pub const COMPOSE_VARS: &[&str] = &["SCYLLA_RF", "SCYLLA_HOSTS", "SCYLLA_DEV_SINGLE_NODE"];
+pub const COMPOSE_VARS: &[&str] = &["SCYLLA_RF", "SCYLLA_HOSTS", "SCYLLA_DEV_SINGLE_NODE", "QIM_AUTH_HS256_SECRET"];
 
 /// The rf3-only service that refuses to start the stack unless `SCYLLA_RF=3`.
 pub const RF3_GUARD: &str = "scylla-rf3-check";

@@ -47,6 +47,14 @@ pub const SETTINGS: &[Setting] = &[
     set("QIM_KAFKA_BROKERS", "redpanda:9092"),
     set("QIM_MESSAGES_TOPIC", "qim.messages.v1"),
     set("QIM_WRITER_HTTP_ADDR", "0.0.0.0:8080"),
+    Setting {
+        name: "QIM_AUTH_HS256_SECRET",
+        value: "${QIM_AUTH_HS256_SECRET:-compose-dev-secret-not-for-production-use}",
+        note: &[
+            "The key /v1 tokens are verified with (README: Identity). The default is public: set",
+            "QIM_AUTH_HS256_SECRET (32+ bytes, your token issuer's) for anything but a private machine.",
+        ],
+    },
     set("QIM_MAX_BODY_BYTES", "65536"),
     set("QIM_MAX_IN_FLIGHT_COMMITS", "1024"),
     Setting {
