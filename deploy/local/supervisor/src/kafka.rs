@@ -109,11 +109,19 @@ pub fn tool(settings: &Settings, java: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-/// A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters).
+/// A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters), never
+/// starting with `-`, which `kafka-storage format -t` would take for an option (Kafka's own
+/// `Uuid.randomUuid` draws again in that case too; one id in 64 did, and failed a fresh stack).
 pub fn new_cluster_id() -> anyhow::Result<String> {
-    let mut bytes = [0u8; 16];
-    std::io::Read::read_exact(&mut File::open("/dev/urandom")?, &mut bytes)?;
-    Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
+    let mut urandom = File::open("/dev/urandom")?;
+    loop {
+        let mut bytes = [0u8; 16];
+        std::io::Read::read_exact(&mut urandom, &mut bytes)?;
+        let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        if !id.starts_with('-') {
+            return Ok(id);
+        }
+    }
 }
 
 /// Starts Kafka unless it runs already; formats its storage first when it has none. Returns
@@ -257,5 +265,7 @@ mod tests {
         assert_eq!(id.len(), 22);
         assert!(id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "{id}");
         assert_ne!(id, new_cluster_id().unwrap());
+        // one in 64 would start with '-' if nothing drew again: 2,000 draws meet ~31 such
+        assert!((0..2_000).all(|_| !new_cluster_id().unwrap().starts_with('-')));
     }
 }
