@@ -8,11 +8,11 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::{manifest, seqs};
 use qim_store::ids::{TenantId, UnixMillis, UserId};
 use qim_store::mailbox::{lane_of, shard_of};
 use qim_testkit::tokens::{Claims, Signer};
 use serde_json::{json, Value};
-use crate::api::{manifest, seqs};
 use support::{fresh, wait_for, Fixture, Kind, SHARDS};
 
 both_backends!(both_mailbox_routes_answer_every_credential_exactly);
