@@ -80,8 +80,7 @@ pub async fn open(backend: &Backend, retention: MailboxRetention) -> anyhow::Res
 }
 
 async fn ping_redis(url: &str) -> Result<(), String> {
-    let client = redis::Client::open(url).map_err(|e| format!("redis url: {e}"))?;
-    let mut conn = client.get_multiplexed_async_connection().await.map_err(|e| format!("redis at {url}: {e}"))?;
+    let mut conn = qim_store::redis::RedisConnection::open(url).await.map_err(|e| e.to_string())?;
     redis::cmd("PING").query_async::<String>(&mut conn).await.map(drop).map_err(|e| format!("redis at {url}: {e}"))
 }
 

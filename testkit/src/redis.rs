@@ -1,37 +1,95 @@
 //! A test's Redis key namespace, deleted at once.
 //!
 //! Every qim Redis key starts with its store's namespace and a colon, so `<namespace>:*` is all
-//! of one test's (or one run's) state, and nobody else's on the shared server.
+//! of one test's (or one run's) state, and nobody else's on the shared server. A Redis Cluster
+//! (`redis+cluster://host:port,...`) is walked master by master.
 
 use anyhow::Context;
+use redis::aio::MultiplexedConnection;
 
 /// Keys one `SCAN` call walks (SCAN's default is 10: one round trip per 10 keys of the database).
 const SCAN_COUNT: usize = 10_000;
 /// Most keys one `UNLINK` takes (bounds the command's size; a test's namespace is far smaller).
 const UNLINK_MOST: usize = 100_000;
+/// The scheme of a cluster URL (as `qim_store::redis::Topology` reads it).
+const CLUSTER_SCHEME: &str = "redis+cluster://";
 
 /// Deletes every key of `namespace` (`<namespace>:*`); returns how many. The keyspace is walked
 /// first (SCAN, never KEYS: the shared server may hold millions of keys) and the keys are then
 /// unlinked in one `UNLINK` (up to 100 000 keys), so services still running see Redis lose all
 /// of it at one instant, as a flush or a restart on an empty disk would: keys deleted batch by
 /// batch over seconds would leave them half a state, which they rightly refuse as corrupt.
+/// On a cluster each master's keys go in one pipeline of single-key `UNLINK`s (a multi-key
+/// command must stay in one slot), one master after another.
 ///
 /// # Errors
 ///
 /// Redis does not answer.
 pub async fn wipe_namespace(url: &str, namespace: &str) -> anyhow::Result<usize> {
-    let client = redis::Client::open(url).with_context(|| format!("redis url {url:?}"))?;
-    let mut con = client.get_multiplexed_async_connection().await.with_context(|| format!("connecting to {url}"))?;
     let pattern = format!("{namespace}:*");
+    let Some(seeds) = url.strip_prefix(CLUSTER_SCHEME) else {
+        let mut con = connect(url).await?;
+        let keys = scan(&mut con, &pattern).await?;
+        let mut unlinked = 0;
+        for chunk in keys.chunks(UNLINK_MOST) {
+            unlinked += redis::cmd("UNLINK").arg(chunk).query_async::<usize>(&mut con).await?;
+        }
+        return Ok(unlinked);
+    };
+    let seed = seeds.split(',').next().unwrap_or_default().trim();
+    let mut unlinked = 0;
+    for master in cluster_masters(&format!("redis://{seed}")).await? {
+        let mut con = connect(&master).await?;
+        let keys = scan(&mut con, &pattern).await?;
+        for chunk in keys.chunks(UNLINK_MOST) {
+            let mut pipe = redis::pipe();
+            for key in chunk {
+                pipe.cmd("UNLINK").arg(key);
+            }
+            let counts: Vec<usize> = pipe.query_async(&mut con).await?;
+            unlinked += counts.iter().sum::<usize>();
+        }
+    }
+    Ok(unlinked)
+}
+
+/// The `redis://host:port` of every master of the cluster `seed` belongs to (`CLUSTER NODES`).
+///
+/// # Errors
+///
+/// The seed does not answer, or is not a cluster node.
+pub async fn cluster_masters(seed: &str) -> anyhow::Result<Vec<String>> {
+    let mut con = connect(seed).await?;
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut con).await?;
+    Ok(nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let address = fields.nth(1)?;
+            let flags = fields.next()?;
+            let live_master = flags.split(',').any(|f| f == "master") && !flags.contains("fail");
+            let host_port = address.split('@').next()?;
+            live_master.then(|| format!("redis://{host_port}"))
+        })
+        .collect())
+}
+
+async fn connect(url: &str) -> anyhow::Result<MultiplexedConnection> {
+    let client = redis::Client::open(url).with_context(|| format!("redis url {url:?}"))?;
+    client.get_multiplexed_async_connection().await.with_context(|| format!("connecting to {url}"))
+}
+
+/// Every key matching `pattern` on one server, sorted and distinct.
+async fn scan(con: &mut MultiplexedConnection, pattern: &str) -> anyhow::Result<Vec<String>> {
     let (mut cursor, mut keys) = (0u64, Vec::<String>::new());
     loop {
         let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(&pattern)
+            .arg(pattern)
             .arg("COUNT")
             .arg(SCAN_COUNT)
-            .query_async(&mut con)
+            .query_async(con)
             .await?;
         keys.extend(batch);
         if next == 0 {
@@ -41,11 +99,7 @@ pub async fn wipe_namespace(url: &str, namespace: &str) -> anyhow::Result<usize>
     }
     keys.sort_unstable();
     keys.dedup();
-    let mut unlinked = 0;
-    for chunk in keys.chunks(UNLINK_MOST) {
-        unlinked += redis::cmd("UNLINK").arg(chunk).query_async::<usize>(&mut con).await?;
-    }
-    Ok(unlinked)
+    Ok(keys)
 }
 
 /// [`wipe_namespace`] from synchronous code (a `Drop` guard, a test without a runtime): runs it on

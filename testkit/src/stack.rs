@@ -7,6 +7,7 @@
 //! |-----------|--------------------------|----------------------------|
 //! | Kafka     | `QIM_TEST_KAFKA_BROKERS` | `127.0.0.1:9092`           |
 //! | Redis     | `QIM_TEST_REDIS_URL`     | `redis://127.0.0.1:6379/0` |
+//! | Redis Cluster | `QIM_TEST_REDIS_CLUSTER_URL` | `redis+cluster://127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303` |
 //! | Cassandra | `QIM_TEST_SCYLLA_HOSTS`  | `127.0.0.1:9042`           |
 //!
 //! Stack tests never skip: when a server is missing, the `connect_*` helpers fail within a
@@ -32,6 +33,8 @@ use scylla::client::session_builder::SessionBuilder;
 pub const KAFKA_BROKERS_ENV: &str = "QIM_TEST_KAFKA_BROKERS";
 /// Environment variable holding the Redis URL (`redis://host:port/db`).
 pub const REDIS_URL_ENV: &str = "QIM_TEST_REDIS_URL";
+/// Environment variable holding the Redis Cluster's URL (`redis+cluster://host:port,...`).
+pub const REDIS_CLUSTER_URL_ENV: &str = "QIM_TEST_REDIS_CLUSTER_URL";
 /// Environment variable holding the Cassandra contact points (comma-separated `host:port`).
 pub const SCYLLA_HOSTS_ENV: &str = "QIM_TEST_SCYLLA_HOSTS";
 
@@ -39,6 +42,9 @@ pub const SCYLLA_HOSTS_ENV: &str = "QIM_TEST_SCYLLA_HOSTS";
 pub const DEFAULT_KAFKA_BROKERS: &str = "127.0.0.1:9092";
 /// Redis URL used when [`REDIS_URL_ENV`] is unset or blank.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+/// The local stack's Redis Cluster (`deploy/local/stack cluster up`), used when
+/// [`REDIS_CLUSTER_URL_ENV`] is unset or blank.
+pub const DEFAULT_REDIS_CLUSTER_URL: &str = "redis+cluster://127.0.0.1:7301,127.0.0.1:7302,127.0.0.1:7303";
 /// Cassandra contact points used when [`SCYLLA_HOSTS_ENV`] is unset or blank.
 pub const DEFAULT_SCYLLA_HOSTS: &str = "127.0.0.1:9042";
 
@@ -71,6 +77,11 @@ pub fn kafka_brokers() -> String {
 /// The Redis URL: [`REDIS_URL_ENV`] or [`DEFAULT_REDIS_URL`].
 pub fn redis_url() -> String {
     env_or(REDIS_URL_ENV, DEFAULT_REDIS_URL)
+}
+
+/// The Redis Cluster URL: [`REDIS_CLUSTER_URL_ENV`] or [`DEFAULT_REDIS_CLUSTER_URL`].
+pub fn redis_cluster_url() -> String {
+    env_or(REDIS_CLUSTER_URL_ENV, DEFAULT_REDIS_CLUSTER_URL)
 }
 
 /// The Cassandra contact points (`host:port` each, at least one): [`SCYLLA_HOSTS_ENV`] split on

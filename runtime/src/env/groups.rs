@@ -28,7 +28,7 @@ pub struct StoreArgs {
     /// `redis` or `scylla`: where message and mailbox state lives. No silent fallback.
     #[arg(long, verbatim_doc_comment, env = "QIM_STORE_BACKEND", default_value = "redis", hide_possible_values = true)]
     pub store_backend: StoreBackend,
-    /// Redis hot tier (commit state, seq counters, 7-day history window).
+    /// Redis hot tier (commit state, seq counters, 7-day history window): `redis://host:port/db` for one server, `redis+cluster://host:port,host:port` (any reachable seed nodes) for a Redis Cluster.
     #[arg(long, verbatim_doc_comment, env = "QIM_REDIS_URL", default_value = "redis://127.0.0.1:6379/0", value_parser = redis_url)]
     pub redis_url: String,
     /// Prefix of every Redis key (`[A-Za-z0-9_.-]`, at most 64 characters); services sharing data use the same one.
@@ -111,7 +111,7 @@ pub struct CommonArgs {
 }
 
 fn redis_url(value: &str) -> Result<String, String> {
-    redis::Client::open(value).map(|_| value.to_owned()).map_err(|e| format!("is not a Redis URL: {e}"))
+    qim_store::redis::Topology::parse(value).map(|_| value.to_owned())
 }
 
 fn redis_namespace(value: &str) -> Result<String, String> {

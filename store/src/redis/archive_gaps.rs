@@ -9,9 +9,10 @@
 //!
 //! | key | type | holds |
 //! |-----|------|-------|
-//! | `<ns>:{archivegaps}` | ZSET | member = `<tenant><conversation>` (64 hex digits), score = when to look again (ms) |
+//! | `<ns>:{archivegaps:<shard>}` | ZSET | member = `<tenant><conversation>` (64 hex digits), score = when to look again (ms); the member's shard ([`IndexShard`]) |
 
-use redis::aio::ConnectionManager;
+use crate::redis::index_shard::IndexShard;
+use crate::redis::RedisConnection;
 
 use super::{connect, redis_error, RedisConfig};
 use crate::error::{StoreError, StoreResult};
@@ -20,13 +21,13 @@ use crate::ids::{ConversationId, TenantId, UnixMillis};
 /// The gap schedule of one Redis namespace. Clones share one connection.
 #[derive(Clone)]
 pub struct ArchiveGaps {
-    con: ConnectionManager,
-    key: String,
+    con: RedisConnection,
+    namespace: String,
 }
 
 impl std::fmt::Debug for ArchiveGaps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArchiveGaps").field("key", &self.key).finish_non_exhaustive()
+        f.debug_struct("ArchiveGaps").field("namespace", &self.namespace).finish_non_exhaustive()
     }
 }
 
@@ -45,17 +46,22 @@ impl ArchiveGaps {
     /// Connects to the namespace of `config`.
     pub async fn open(config: &RedisConfig) -> StoreResult<Self> {
         let con = connect(config).await?;
-        Ok(Self { con, key: format!("{}:{{archivegaps}}", config.namespace) })
+        Ok(Self { con, namespace: config.namespace.clone() })
+    }
+
+    /// The shard of the schedule that holds `member`.
+    fn key_of(&self, member: &str) -> String {
+        IndexShard::of(member).key(&self.namespace, "archivegaps")
     }
 
     /// Schedules a look at the conversation at `at`; an earlier existing schedule is kept.
     pub async fn schedule(&self, tenant: TenantId, conversation: ConversationId, at: UnixMillis) -> StoreResult<()> {
-        let mut con = self.con.clone();
+        let (mut con, member) = (self.con.clone(), member(tenant, conversation));
         redis::cmd("ZADD")
-            .arg(&self.key)
+            .arg(self.key_of(&member))
             .arg("LT")
             .arg(at.0)
-            .arg(member(tenant, conversation))
+            .arg(member)
             .query_async::<i64>(&mut con)
             .await
             .map_err(|e| redis_error("scheduling an archive gap", e))?;
@@ -64,11 +70,11 @@ impl ArchiveGaps {
 
     /// Moves the conversation's look to `at`, earlier or later.
     pub async fn reschedule(&self, tenant: TenantId, conversation: ConversationId, at: UnixMillis) -> StoreResult<()> {
-        let mut con = self.con.clone();
+        let (mut con, member) = (self.con.clone(), member(tenant, conversation));
         redis::cmd("ZADD")
-            .arg(&self.key)
+            .arg(self.key_of(&member))
             .arg(at.0)
-            .arg(member(tenant, conversation))
+            .arg(member)
             .query_async::<i64>(&mut con)
             .await
             .map_err(|e| redis_error("rescheduling an archive gap", e))?;
@@ -77,40 +83,51 @@ impl ArchiveGaps {
 
     /// Forgets the conversation (its watermark caught up with everything archived).
     pub async fn clear(&self, tenant: TenantId, conversation: ConversationId) -> StoreResult<()> {
-        let mut con = self.con.clone();
+        let (mut con, member) = (self.con.clone(), member(tenant, conversation));
         redis::cmd("ZREM")
-            .arg(&self.key)
-            .arg(member(tenant, conversation))
+            .arg(self.key_of(&member))
+            .arg(member)
             .query_async::<i64>(&mut con)
             .await
             .map_err(|e| redis_error("clearing an archive gap", e))?;
         Ok(())
     }
 
-    /// Up to `limit` conversations due at `now`, earliest first.
+    /// Up to `limit` conversations due at `now`, earliest first (up to `limit` from each shard,
+    /// merged).
     pub async fn due(&self, now: UnixMillis, limit: usize) -> StoreResult<Vec<(TenantId, ConversationId)>> {
-        let mut con = self.con.clone();
-        let members: Vec<String> = redis::cmd("ZRANGEBYSCORE")
-            .arg(&self.key)
-            .arg("-inf")
-            .arg(now.0)
-            .arg("LIMIT")
-            .arg(0)
-            .arg(limit)
-            .query_async(&mut con)
-            .await
-            .map_err(|e| redis_error("reading due archive gaps", e))?;
-        members.iter().map(|m| parse_member(m)).collect()
+        let mut due: Vec<(String, f64)> = Vec::new();
+        for shard in IndexShard::all() {
+            let mut con = self.con.clone();
+            let members: Vec<(String, f64)> = redis::cmd("ZRANGEBYSCORE")
+                .arg(shard.key(&self.namespace, "archivegaps"))
+                .arg("-inf")
+                .arg(now.0)
+                .arg("WITHSCORES")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit)
+                .query_async(&mut con)
+                .await
+                .map_err(|e| redis_error("reading due archive gaps", e))?;
+            due.extend(members);
+        }
+        due.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        due.iter().take(limit).map(|(m, _)| parse_member(m)).collect()
     }
 
     /// How many conversations are scheduled.
     pub async fn len(&self) -> StoreResult<u64> {
-        let mut con = self.con.clone();
-        redis::cmd("ZCARD")
-            .arg(&self.key)
-            .query_async(&mut con)
-            .await
-            .map_err(|e| redis_error("counting archive gaps", e))
+        let mut total = 0;
+        for shard in IndexShard::all() {
+            let mut con = self.con.clone();
+            total += redis::cmd("ZCARD")
+                .arg(shard.key(&self.namespace, "archivegaps"))
+                .query_async::<u64>(&mut con)
+                .await
+                .map_err(|e| redis_error("counting archive gaps", e))?;
+        }
+        Ok(total)
     }
 
     /// When the conversation is scheduled, if it is.
@@ -119,10 +136,10 @@ impl ArchiveGaps {
         tenant: TenantId,
         conversation: ConversationId,
     ) -> StoreResult<Option<UnixMillis>> {
-        let mut con = self.con.clone();
+        let (mut con, member) = (self.con.clone(), member(tenant, conversation));
         let score: Option<f64> = redis::cmd("ZSCORE")
-            .arg(&self.key)
-            .arg(member(tenant, conversation))
+            .arg(self.key_of(&member))
+            .arg(member)
             .query_async(&mut con)
             .await
             .map_err(|e| redis_error("reading an archive gap", e))?;

@@ -74,8 +74,8 @@ mod user;
 
 use std::sync::{Arc, LazyLock};
 
+use crate::redis::RedisConnection;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 use redis::{Script, Value};
 
 use self::keys::{seq8, ShardKeys, UserKeys};
@@ -91,15 +91,17 @@ use crate::mailbox::{
 use crate::mailbox_store::{ChunkWrite, MailboxStore};
 use crate::rules::{canonical_groups, range_preamble};
 
-static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_commit.lua")));
-static SCAN: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_scan.lua")));
-static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_trim.lua")));
+static COMMIT: LazyLock<Script> = LazyLock::new(|| crate::redis::script(include_str!("scripts/mailbox_commit.lua")));
+static SCAN: LazyLock<Script> = LazyLock::new(|| crate::redis::script(include_str!("scripts/mailbox_scan.lua")));
+static TRIM: LazyLock<Script> = LazyLock::new(|| crate::redis::script(include_str!("scripts/mailbox_trim.lua")));
 static BEGIN: LazyLock<Script> = LazyLock::new(|| fenced_script(include_str!("scripts/mailbox_begin.lua")));
 static MARK_CHUNKS: LazyLock<Script> = LazyLock::new(|| fenced_script(include_str!("scripts/mailbox_mark_chunks.lua")));
-static PROGRESS: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_progress.lua")));
+static PROGRESS: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(include_str!("scripts/mailbox_progress.lua")));
 static ADVANCE: LazyLock<Script> = LazyLock::new(|| fenced_script(include_str!("scripts/mailbox_advance.lua")));
-static GC: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_gc.lua")));
-static GC_DISPATCH: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/mailbox_gc_dispatch.lua")));
+static GC: LazyLock<Script> = LazyLock::new(|| crate::redis::script(include_str!("scripts/mailbox_gc.lua")));
+static GC_DISPATCH: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(include_str!("scripts/mailbox_gc_dispatch.lua")));
 
 /// A script that may be fenced: `fence_holds(marker key, fence)` checks a [`ShardFence`].
 fn fenced_script(body: &str) -> Script {
@@ -124,7 +126,7 @@ fn redis_err(what: &str, err: redis::RedisError) -> StoreError {
 /// `MailboxStore` on Redis. Cheap to clone; clones share one multiplexed connection.
 #[derive(Clone)]
 pub struct RedisMailboxStore {
-    conn: ConnectionManager,
+    conn: RedisConnection,
     ns: String,
     retention: MailboxRetention,
     clock: Arc<dyn Clock>,

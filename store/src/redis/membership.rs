@@ -25,8 +25,8 @@
 //! - The set has no Redis TTL (membership does not expire); Redis drops the key when its last
 //!   member is removed.
 
+use crate::redis::RedisConnection;
 use async_trait::async_trait;
-use redis::aio::ConnectionManager;
 
 use super::{connect_checked, redis_error, RedisConfig};
 use crate::error::{StoreError, StoreResult};
@@ -45,7 +45,7 @@ fn redis_err(what: &str, err: redis::RedisError) -> StoreError {
 /// multiplexed connection.
 #[derive(Clone)]
 pub struct RedisMembershipStore {
-    con: ConnectionManager,
+    con: RedisConnection,
     ns: String,
 }
 

@@ -28,7 +28,7 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionManager;
+use crate::redis::RedisConnection;
 use redis::{Script, Value};
 
 use super::{connect_checked, redis_error, serving_script, RedisConfig};
@@ -66,7 +66,7 @@ pub enum Cached<T> {
 /// The member cache (see the module docs). Cheap to clone.
 #[derive(Clone)]
 pub struct RedisMembershipCache {
-    con: ConnectionManager,
+    con: RedisConnection,
     ns: String,
 }
 

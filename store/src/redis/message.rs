@@ -18,10 +18,14 @@
 //! | `<ns>:{c:<tenant><conversation>}:gcdone` | SET | seqs the expiry drain deleted whose expiry member may remain |
 //! | `<ns>:{c:<tenant><conversation>}:archived` | string | archived watermark: the trim never passes it (absent = 0) |
 //! | `<ns>:{k:<tenant><sender>}:commit:<client id>` | HASH | `req` = request bytes, `commit` = commit blob |
-//! | `<ns>:{recovery}` | ZSET | unfinished commits: score = created_at ms, member = `<tenant><sender>:<created_at>:<client id>` |
-//! | `<ns>:{commitgc}` | ZSET | COMMITTED commits: score = committed_at ms, same member |
-//! | `<ns>:{msghistorygc}` | ZSET | hot-tier expiry index: score = expiry ms, member = `<tenant>\|<conversation>\|<seq>` |
-//! | `<ns>:{hotwindow}` | ZSET | records the trim must remove: score = created_at ms, same member (trim-owning stores) |
+//! | `<ns>:{recovery:<shard>}` | ZSET | unfinished commits: score = created_at ms, member = `<tenant><sender>:<created_at>:<client id>` |
+//! | `<ns>:{commitgc:<shard>}` | ZSET | COMMITTED commits: score = committed_at ms, same member |
+//! | `<ns>:{msghistorygc:<shard>}` | ZSET | hot-tier expiry index: score = expiry ms, member = `<tenant>\|<conversation>\|<seq>` |
+//! | `<ns>:{hotwindow:<shard>}` | ZSET | records the trim must remove: score = created_at ms, same member (trim-owning stores) |
+//!
+//! The last four are the global indexes, each spread over 16 shards ([`super::index_shard`]): a
+//! commit's entries in its sender's shard, a record's in its conversation's. Below, `{recovery}`
+//! and the like name the shard of the entry at hand; scans walk every shard.
 //!
 //! Ids are 32 lowercase hex digits. Blobs are the canonical encodings of [`crate::codec`],
 //! stored as they are; idempotency compares them byte for byte. Seqs stay below 2^53 so that
@@ -152,6 +156,7 @@ use self::inflight::InFlight;
 use self::keys::Keys;
 use self::lease::Renewals;
 use self::scripts::{expect_ok, invoke, query, Link, Reply};
+use super::index_shard::ShardCursor;
 use super::{connect_checked, RedisConfig};
 use crate::clock::Clock;
 use crate::codec::{decode_commit, encode_request};
@@ -191,6 +196,17 @@ pub struct RedisMessageStore {
     leases: Option<Arc<SeqLeases>>,
     /// Conversations whose lease is being extended early.
     renewals: Arc<Renewals>,
+    /// Where the next scan of each sharded global index starts.
+    scans: Arc<IndexScans>,
+}
+
+/// The scan cursors of the sharded global indexes ([`crate::redis::index_shard`]).
+#[derive(Debug, Default)]
+struct IndexScans {
+    recovery: ShardCursor,
+    commit_gc: ShardCursor,
+    history_gc: ShardCursor,
+    hot_window: ShardCursor,
 }
 
 impl std::fmt::Debug for RedisMessageStore {
@@ -253,6 +269,7 @@ impl RedisMessageStore {
             settled: Arc::default(),
             leases: None,
             renewals: Arc::default(),
+            scans: Arc::default(),
         };
         Ok(store)
     }

@@ -6,12 +6,15 @@
 //! scripts run unchanged on Redis Cluster.
 
 pub mod archive_gaps;
+pub mod connection;
+pub mod index_shard;
 pub mod mailbox;
 pub mod membership;
 pub mod membership_cache;
 pub mod message;
 
 pub use archive_gaps::ArchiveGaps;
+pub use connection::{RedisConnection, Topology};
 pub use mailbox::RedisMailboxStore;
 pub use membership::RedisMembershipStore;
 pub use membership_cache::RedisMembershipCache;
@@ -19,7 +22,6 @@ pub use message::{RecentRecords, RedisMessageStore, RestoreReport, SeqLeases, Tr
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::Script;
 
 use crate::error::StoreError;
@@ -27,7 +29,8 @@ use crate::error::StoreError;
 /// How to reach Redis and which key namespace to use.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `redis://host:port/db`.
+    /// `redis://host:port/db` for one server, `redis+cluster://host:port,host:port` for a
+    /// Redis Cluster ([`Topology`]).
     pub url: String,
     /// Prefix of every key (`qim` in services; unique per test store).
     pub namespace: String,
@@ -60,29 +63,35 @@ const SERVING_PRELUDE: &str = include_str!("scripts/serving_prelude.lua");
 /// A script whose `body` may call `serving()` (see `scripts/serving_prelude.lua`): what a
 /// lease, a member cache or a shard's incarnation is stamped with, and checked against.
 pub(crate) fn serving_script(body: &str) -> Script {
-    Script::new(&[SERVING_PRELUDE, body].concat())
+    script(&[SERVING_PRELUDE, body].concat())
 }
 
-/// Opens a self-reconnecting connection (multiplexed: many commands in flight at once).
-pub async fn connect(config: &RedisConfig) -> Result<ConnectionManager, StoreError> {
+/// A script of the store: `Script::new`, with its source remembered by its hash so that a
+/// server which lost it (a restart, a failover, `SCRIPT FLUSH`) is sent `EVAL` of the source in
+/// place of the failed `EVALSHA`, on the same node ([`connection`]), never a `SCRIPT LOAD` to
+/// every node (which a cluster refuses while a dead master is still in its slot map).
+pub(crate) fn script(source: &str) -> Script {
+    let script = Script::new(source);
+    connection::remember_script(script.get_hash(), source);
+    script
+}
+
+/// Opens a self-reconnecting connection (multiplexed: many commands in flight at once) to the
+/// single server or the cluster `config.url` names.
+pub async fn connect(config: &RedisConfig) -> Result<RedisConnection, StoreError> {
     config.validate().map_err(StoreError::InvalidInput)?;
-    let client = redis::Client::open(config.url.as_str())
-        .map_err(|e| StoreError::InvalidInput(format!("redis url {:?}: {e}", config.url)))?;
-    let settings = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(RESPONSE_TIMEOUT))
-        .set_connection_timeout(Some(CONNECTION_TIMEOUT));
-    ConnectionManager::new_with_config(client, settings)
-        .await
-        .map_err(|e| StoreError::unavailable(format!("connecting to redis at {}", config.url), e))
+    RedisConnection::open(&config.url).await
 }
 
-/// [`connect`], then a `PING`: a store opened with it is known to answer.
-pub async fn connect_checked(config: &RedisConfig) -> Result<ConnectionManager, StoreError> {
+/// [`connect`], then a `PING` and a check that the servers are of the topology the URL names:
+/// a store opened with it is known to answer.
+pub async fn connect_checked(config: &RedisConfig) -> Result<RedisConnection, StoreError> {
     let mut con = connect(config).await?;
     let _: String = redis::cmd("PING")
         .query_async(&mut con)
         .await
         .map_err(|e| redis_error(&format!("pinging redis at {}", config.url), e))?;
+    con.check_topology(&config.url).await?;
     Ok(con)
 }
 

@@ -5,6 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::shared_redis::{zcard_all, zrange_all};
+
 use qim_store::clock::{Clock, ManualClock};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis, MILLIS_PER_DAY};
 use qim_store::memory::MemorySeqHighWater;
@@ -319,17 +321,19 @@ async fn an_expiry_registered_again_after_the_drain_does_not_jam_it() {
     commit_fully(&store, &eph).await;
     clock.advance(EPHEMERAL_MILLIS + 1);
     let mut con = raw(&redis).await;
-    let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
-        .arg(store.history_gc_key())
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let [gc_key] = <[String; 1]>::try_from(
+        zrange_all(&mut con, store.history_gc_keys())
+            .await
+            .iter()
+            .map(|m| store.history_gc_key_of(m))
+            .collect::<Vec<_>>(),
+    )
+    .expect("one registered record");
+    let members: Vec<(String, f64)> =
+        redis::cmd("ZRANGE").arg(&gc_key).arg(0).arg(-1).arg("WITHSCORES").query_async(&mut con).await.unwrap();
     assert_eq!(store.gc_expired_history(10).await.unwrap().removed, 1);
     let (member, score) = &members[0];
-    redis::cmd("ZADD").arg(store.history_gc_key()).arg(*score).arg(member).query_async::<()>(&mut con).await.unwrap();
+    redis::cmd("ZADD").arg(&gc_key).arg(*score).arg(member).query_async::<()>(&mut con).await.unwrap();
     let again = store.gc_expired_history(10).await.expect("the drain recognises the re-registered member");
     assert_eq!(again.removed, 1);
     assert_eq!(store.gc_expired_history(10).await.unwrap().removed, 0, "and is empty afterwards");
@@ -350,7 +354,8 @@ async fn corrupt_numbers_and_members_are_corrupt_entries_not_outages() {
     redis::cmd("SET").arg(&watermark).arg("lots").query_async::<()>(&mut con).await.unwrap();
     let raised = store.record_archived_watermark(t, other, ConversationSeq(3)).await;
     assert_kind(raised, ErrorKind::CorruptEntry, "non-numeric archived watermark");
-    redis::cmd("ZADD").arg(store.recovery_key()).arg(1).arg("é".repeat(40)).query_async::<()>(&mut con).await.unwrap();
+    let [recovery, _] = store.aux_keys_of(&"é".repeat(40));
+    redis::cmd("ZADD").arg(recovery).arg(1).arg("é".repeat(40)).query_async::<()>(&mut con).await.unwrap();
     let scan = store.scan_recoverable_commits(qim_store::ids::UnixMillis(i64::MAX), 10).await;
     assert_kind(scan, ErrorKind::CorruptEntry, "non-ASCII recovery member");
 }
@@ -388,20 +393,13 @@ async fn the_trim_owner_registers_expiry_only_for_records_expiring_inside_the_wi
     let mut eph = request(t, user(1), "eph", conv, b"x");
     eph.retention = RetentionClass::Ephemeral24h;
     let eph = commit_fully(&store, &eph).await;
-    let members: Vec<String> = redis::cmd("ZRANGE")
-        .arg(store.history_gc_key())
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut raw(&redis).await)
-        .await
-        .unwrap();
+    let members = zrange_all(&mut raw(&redis).await, store.history_gc_keys()).await;
     assert_eq!(members.len(), 1, "only the ephemeral record is registered: {members:?}");
     assert!(members[0].ends_with(&format!("|{}", eph.intent.seq.0)));
     // A store that does not own the trim registers every expiring record.
     let plain = open(&redis, 30, clock()).await;
     send(&plain, t, conv, "default-2").await;
-    let count: usize =
-        redis::cmd("ZCARD").arg(plain.history_gc_key()).query_async(&mut raw(&redis).await).await.unwrap();
+    let count = zcard_all(&mut raw(&redis).await, plain.history_gc_keys()).await;
     assert_eq!(count, 2);
 }
 
@@ -418,8 +416,7 @@ async fn a_trimmed_record_leaves_no_expiry_member_to_stall_the_drain() {
     store.record_archived_watermark(t, conv, ConversationSeq(2)).await.unwrap();
     clock.advance(7 * MILLIS_PER_DAY + 1);
     assert_eq!(store.trim_hot_history(100).await.unwrap().trimmed, 2);
-    let left: usize =
-        redis::cmd("ZCARD").arg(store.history_gc_key()).query_async(&mut raw(&redis).await).await.unwrap();
+    let left = zcard_all(&mut raw(&redis).await, store.history_gc_keys()).await;
     assert_eq!(left, 0, "the trim removed the expiry members");
     let drained = store.gc_expired_history(100).await.expect("the drain does not trip on trimmed records");
     assert_eq!(drained.removed, 0);

@@ -19,13 +19,24 @@ use crate::shared_redis;
 use shared_redis::{unique_namespace, unreachable, Cleanup};
 
 /// Opens Redis stores, each in a fresh namespace, and keeps a typed handle for sabotage.
-#[derive(Default)]
 struct Redis {
+    url: String,
     stores: Mutex<Vec<RedisMailboxStore>>,
     cleanup: Cleanup,
 }
 
+impl Default for Redis {
+    fn default() -> Self {
+        Self::on(shared_redis::url())
+    }
+}
+
 impl Redis {
+    /// Stores on the Redis (or cluster) at `url`.
+    fn on(url: String) -> Self {
+        Self { url, stores: Mutex::default(), cleanup: Cleanup::default() }
+    }
+
     fn last(&self) -> RedisMailboxStore {
         self.stores.lock().unwrap().last().cloned().expect("a store was opened")
     }
@@ -40,7 +51,7 @@ async fn open_at(
     cleanup: &Cleanup,
 ) -> (RedisMailboxStore, RedisConfig) {
     let config = RedisConfig { url: url.to_owned(), namespace: unique_namespace() };
-    cleanup.register(&config.namespace);
+    cleanup.register_at(url, &config.namespace);
     match RedisMailboxStore::open(&config, retention, clock).await {
         Ok(store) => (store, config),
         Err(e) => panic!("{}", unreachable(url, &e)),
@@ -50,7 +61,7 @@ async fn open_at(
 #[async_trait]
 impl MailboxHarness for Redis {
     async fn open(&self, retention: MailboxRetention, clock: Arc<ManualClock>) -> Arc<dyn MailboxStore> {
-        let (store, _) = open_at(&shared_redis::url(), retention, clock, &self.cleanup).await;
+        let (store, _) = open_at(&self.url, retention, clock, &self.cleanup).await;
         self.stores.lock().unwrap().push(store.clone());
         Arc::new(store)
     }
@@ -70,6 +81,12 @@ impl MailboxHarness for Redis {
 mod mailbox {
     use super::*;
     qim_store::mailbox_store_contract_suite!(Redis::default());
+}
+
+/// The same suite on the Redis Cluster.
+mod mailbox_on_cluster {
+    use super::*;
+    qim_store::mailbox_store_contract_suite!(Redis::on(shared_redis::cluster_url()));
 }
 
 /// Redis-specific checks beyond the shared contract: exact seqs above 2^53, batch-wide ledger

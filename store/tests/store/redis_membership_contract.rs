@@ -18,9 +18,13 @@ use shared_redis::{unique_namespace, unreachable, Cleanup};
 /// Opens a store in a fresh namespace (deleted by `cleanup`); panics (never skips) when Redis is
 /// unreachable.
 async fn open_store(cleanup: &Cleanup) -> (RedisMembershipStore, RedisConfig) {
-    let url = shared_redis::url();
+    open_store_at(shared_redis::url(), cleanup).await
+}
+
+/// [`open_store`] on the Redis (or cluster) at `url`.
+async fn open_store_at(url: String, cleanup: &Cleanup) -> (RedisMembershipStore, RedisConfig) {
     let config = RedisConfig { url: url.clone(), namespace: unique_namespace() };
-    cleanup.register(&config.namespace);
+    cleanup.register_at(&url, &config.namespace);
     match RedisMembershipStore::open(&config).await {
         Ok(store) => (store, config),
         Err(e) => panic!("{}", unreachable(&url, &e)),
@@ -28,21 +32,40 @@ async fn open_store(cleanup: &Cleanup) -> (RedisMembershipStore, RedisConfig) {
 }
 
 /// Opens Redis stores, each in a fresh namespace.
-#[derive(Default)]
 struct Redis {
+    url: String,
     cleanup: Cleanup,
+}
+
+impl Default for Redis {
+    fn default() -> Self {
+        Self::on(shared_redis::url())
+    }
+}
+
+impl Redis {
+    /// Stores on the Redis (or cluster) at `url`.
+    fn on(url: String) -> Self {
+        Self { url, cleanup: Cleanup::default() }
+    }
 }
 
 #[async_trait]
 impl MembershipHarness for Redis {
     async fn open(&self) -> Arc<dyn MembershipStore> {
-        Arc::new(open_store(&self.cleanup).await.0)
+        Arc::new(open_store_at(self.url.clone(), &self.cleanup).await.0)
     }
 }
 
 mod contract {
     use super::*;
     qim_store::membership_store_contract_suite!(Redis::default());
+}
+
+/// The same suite on the Redis Cluster.
+mod contract_on_cluster {
+    use super::*;
+    qim_store::membership_store_contract_suite!(Redis::on(shared_redis::cluster_url()));
 }
 
 /// Redis-specific checks beyond the shared contract.

@@ -25,7 +25,7 @@ use qim_store::{ErrorKind, MessageStore};
 
 use crate::shared_redis;
 
-use shared_redis::{unique_namespace, unreachable, url as redis_url, Cleanup};
+use shared_redis::{unique_namespace, unreachable, url as redis_url, zcard_all, zrange_all, Cleanup};
 
 /// The durable seq high-water marks every store of this process leases from (in memory: they
 /// outlive every store of a test, as a database outlives writer processes).
@@ -37,8 +37,18 @@ fn marks() -> Arc<MemorySeqHighWater> {
 /// Opens a store in a fresh namespace (deleted by `cleanup`), or fails the test naming Redis and
 /// how to start it.
 async fn open_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
-    let config = RedisConfig { url: redis_url(), namespace: unique_namespace() };
-    cleanup.register(&config.namespace);
+    open_store_at(&redis_url(), policy, clock, cleanup).await
+}
+
+/// [`open_store`] on the Redis (or cluster) at `url`.
+async fn open_store_at(
+    url: &str,
+    policy: RetentionPolicy,
+    clock: Arc<ManualClock>,
+    cleanup: &Cleanup,
+) -> RedisMessageStore {
+    let config = RedisConfig { url: url.to_owned(), namespace: unique_namespace() };
+    cleanup.register_at(url, &config.namespace);
     open_store_with(config, policy, clock).await
 }
 
@@ -61,7 +71,7 @@ async fn open_in(namespace: String, policy: RetentionPolicy, clock: Arc<ManualCl
 
 /// The namespace of a store opened here (its keys start with it).
 fn store_namespace(store: &RedisMessageStore) -> String {
-    store.recovery_key().trim_end_matches(":{recovery}").to_owned()
+    store.recovery_keys()[0].split(":{").next().expect("a namespace").to_owned()
 }
 
 /// Drives a reserved commit through the remaining steps.
@@ -82,14 +92,25 @@ async fn raw_connection_at(url: String) -> redis::aio::MultiplexedConnection {
     client.get_multiplexed_async_connection().await.unwrap_or_else(|e| panic!("{}", unreachable(&url, &e)))
 }
 
-/// Opens Redis stores and keeps a typed handle to each, for sabotage.
-#[derive(Default)]
+/// Opens Redis stores (on the shared Redis, or on the cluster) and keeps a typed handle to
+/// each, for sabotage.
 struct Redis {
+    url: String,
     stores: Mutex<Vec<RedisMessageStore>>,
     cleanup: Cleanup,
 }
 
+impl Default for Redis {
+    fn default() -> Self {
+        Self::on(redis_url())
+    }
+}
+
 impl Redis {
+    fn on(url: String) -> Self {
+        Self { url, stores: Mutex::default(), cleanup: Cleanup::default() }
+    }
+
     /// The typed store behind the suite's store (harness stores are opened one per test).
     fn store(&self) -> RedisMessageStore {
         self.stores.lock().unwrap().last().cloned().expect("a store was opened")
@@ -99,7 +120,7 @@ impl Redis {
 #[async_trait]
 impl MessageHarness for Redis {
     async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
-        let store = open_store(policy, clock, &self.cleanup).await;
+        let store = open_store_at(&self.url, policy, clock, &self.cleanup).await;
         self.stores.lock().unwrap().push(store.clone());
         Arc::new(store)
     }
@@ -129,6 +150,13 @@ impl MessageHarness for Redis {
 mod contract {
     use super::*;
     qim_store::message_store_contract_suite!(Redis::default());
+}
+
+/// The same suite on the Redis Cluster: every script in its slot, batches split by slot, the
+/// global indexes spread over their shards.
+mod contract_on_cluster {
+    use super::*;
+    qim_store::message_store_contract_suite!(Redis::on(shared_redis::cluster_url()));
 }
 
 fn policy() -> RetentionPolicy {
@@ -241,8 +269,7 @@ async fn a_replay_gives_back_its_seq_and_its_recovery_entry() {
     assert_kind(store.reserve(&other, fresh_message_id()).await, ErrorKind::Conflict, "different bytes");
     let counter: u64 = redis::cmd("GET").arg(store.seq_key(t, conv)).query_async(&mut con).await.unwrap();
     assert_eq!(counter, 1, "both allocations were given back");
-    let members: Vec<String> =
-        redis::cmd("ZRANGE").arg(store.recovery_key()).arg(0).arg(-1).query_async(&mut con).await.unwrap();
+    let members = zrange_all(&mut con, store.recovery_keys()).await;
     assert_eq!(members.len(), 1, "only the first reservation's entry: {members:?}");
 }
 
@@ -303,13 +330,13 @@ async fn mark_committed_elsewhere_registers_the_record_first() {
     store.put_record(&reserved.intent).await.unwrap();
     let publication = Publication { partition: 0, offset: 1 };
     store.mark_outbox_published(&eph.key, reserved.intent.message_id, publication).await.unwrap();
-    let registered: i64 = redis::cmd("ZCARD").arg(store.history_gc_key()).query_async(&mut con).await.unwrap();
-    assert_eq!(registered, 1, "registered alongside the outbox transition");
-    redis::cmd("DEL").arg(store.history_gc_key()).query_async::<()>(&mut con).await.unwrap();
+    assert_eq!(zcard_all(&mut con, store.history_gc_keys()).await, 1, "registered alongside the outbox transition");
+    for key in store.history_gc_keys() {
+        redis::cmd("DEL").arg(key).query_async::<()>(&mut con).await.unwrap();
+    }
     let elsewhere = open_in(store_namespace(&store), policy(), clock()).await;
     elsewhere.mark_committed(&eph.key, reserved.intent.message_id).await.unwrap();
-    let registered: i64 = redis::cmd("ZCARD").arg(store.history_gc_key()).query_async(&mut con).await.unwrap();
-    assert_eq!(registered, 1, "registered again before COMMITTED");
+    assert_eq!(zcard_all(&mut con, store.history_gc_keys()).await, 1, "registered again before COMMITTED");
 }
 
 /// COMMITTED commits leave `{recovery}` on a later round trip (the next `mark_committed`, the
@@ -321,9 +348,8 @@ async fn committed_commits_leave_the_recovery_index_on_a_later_round_trip() {
     let mut con = raw_connection().await;
     let (t, conv) = (fresh_tenant(), fresh_conversation());
     let recovery = |con: &mut redis::aio::MultiplexedConnection| {
-        let cmd = redis::cmd("ZCARD").arg(store.recovery_key()).clone();
-        let mut con = con.clone();
-        async move { cmd.query_async::<i64>(&mut con).await.unwrap() }
+        let (keys, mut con) = (store.recovery_keys(), con.clone());
+        async move { zcard_all(&mut con, keys).await }
     };
     commit_fully(&store, &request(t, user(1), "a", conv, b"x")).await;
     assert_eq!(recovery(&mut con).await, 1, "still listed, COMMITTED");
@@ -334,8 +360,7 @@ async fn committed_commits_leave_the_recovery_index_on_a_later_round_trip() {
     assert_eq!(recovery(&mut con).await, 1, "b left with c's transition");
     store.flush_settled().await.unwrap();
     assert_eq!(recovery(&mut con).await, 0);
-    let listed: i64 = redis::cmd("ZCARD").arg(store.commit_gc_key()).query_async(&mut con).await.unwrap();
-    assert_eq!(listed, 3, "every committed commit is in {{commitgc}}");
+    assert_eq!(zcard_all(&mut con, store.commit_gc_keys()).await, 3, "every committed commit is in {{commitgc}}");
 }
 
 /// A `{commitgc}` entry of a commit that is not COMMITTED (its transition did not land with it)
@@ -352,11 +377,11 @@ async fn a_commitgc_entry_of_an_unfinished_commit_keeps_it_recoverable() {
     let publication = Publication { partition: 0, offset: 1 };
     let outboxed = store.mark_outbox_published(&req.key, reserved.intent.message_id, publication).await.unwrap();
     let member = format!("{}{}:{}:u", req.key.tenant.to_hex(), user(1).to_hex(), T0.0);
-    redis::cmd("ZADD").arg(store.commit_gc_key()).arg(T0.0).arg(&member).query_async::<()>(&mut con).await.unwrap();
+    let [_, commit_gc] = store.aux_keys_of(&member);
+    redis::cmd("ZADD").arg(commit_gc).arg(T0.0).arg(&member).query_async::<()>(&mut con).await.unwrap();
     clock.advance(qim_store::COMMIT_AUX_TTL_MILLIS);
     assert_eq!(store.gc_committed_auxiliary(10).await.unwrap().removed, 1, "the stray entry");
-    let listed: i64 = redis::cmd("ZCARD").arg(store.commit_gc_key()).query_async(&mut con).await.unwrap();
-    assert_eq!(listed, 0);
+    assert_eq!(zcard_all(&mut con, store.commit_gc_keys()).await, 0);
     assert_eq!(store.scan_recoverable_commits(T0.plus_millis(1), 10).await.unwrap(), vec![outboxed]);
 }
 
@@ -400,8 +425,7 @@ async fn expiry_drain_cleans_orphans_below_the_lower_bound_only() {
     let report = store.gc_expired_history(10).await.unwrap();
     assert_eq!((report.removed, report.orphans_cleaned), (0, 1), "seq 1 was cleaned by the failed pass");
     assert_eq!(store.gc_expired_history(10).await.unwrap(), Default::default());
-    let left: i64 = redis::cmd("ZCARD").arg(store.history_gc_key()).query_async(&mut con).await.unwrap();
-    assert_eq!(left, 0);
+    assert_eq!(zcard_all(&mut con, store.history_gc_keys()).await, 0);
 }
 
 /// A drain that crashed after deleting a record but before removing its expiry member is
@@ -419,13 +443,19 @@ async fn expiry_drain_retry_after_a_crash_does_not_fail() {
     let expiry = T0.plus_millis(EPHEMERAL_MILLIS).0;
     let member = format!("{}|{}|1", t.to_hex(), conv.to_hex());
     let score: Option<i64> =
-        redis::cmd("ZSCORE").arg(store.history_gc_key()).arg(&member).query_async(&mut con).await.unwrap();
+        redis::cmd("ZSCORE").arg(store.history_gc_key_of(&member)).arg(&member).query_async(&mut con).await.unwrap();
     assert_eq!(score, Some(expiry), "mark_committed registered the expiry: {committed:?}");
     clock.advance(EPHEMERAL_MILLIS);
     assert_eq!(store.gc_expired_history(10).await.unwrap().removed, 1);
     // Put back the state a crash between the record script and the member removal leaves.
     let gcdone = store.index_key(t, conv).replace(":idx", ":gcdone");
-    redis::cmd("ZADD").arg(store.history_gc_key()).arg(expiry).arg(&member).query_async::<i64>(&mut con).await.unwrap();
+    redis::cmd("ZADD")
+        .arg(store.history_gc_key_of(&member))
+        .arg(expiry)
+        .arg(&member)
+        .query_async::<i64>(&mut con)
+        .await
+        .unwrap();
     redis::cmd("SADD").arg(&gcdone).arg(1).query_async::<i64>(&mut con).await.unwrap();
     assert_eq!(store.gc_expired_history(10).await.unwrap().removed, 1);
     // The tombstone stays (with a Redis TTL), so a member registered again later is recognised.
@@ -443,7 +473,8 @@ async fn orphan_recovery_entries_are_skipped_then_collected() {
     let mut con = raw_connection().await;
     let t = fresh_tenant();
     let orphan = format!("{}{}:{}:lost", t.to_hex(), user(1).to_hex(), T0.0);
-    redis::cmd("ZADD").arg(store.recovery_key()).arg(T0.0).arg(&orphan).query_async::<i64>(&mut con).await.unwrap();
+    let [recovery, _] = store.aux_keys_of(&orphan);
+    redis::cmd("ZADD").arg(recovery).arg(T0.0).arg(&orphan).query_async::<i64>(&mut con).await.unwrap();
     let pending = store.reserve(&request(t, user(1), "pending", fresh_conversation(), b"x"), fresh_message_id()).await;
     let pending = pending.unwrap();
     let found = store.scan_recoverable_commits(T0.plus_millis(1), 10).await.unwrap();
@@ -451,8 +482,7 @@ async fn orphan_recovery_entries_are_skipped_then_collected() {
     clock.advance(qim_store::COMMIT_AUX_TTL_MILLIS);
     let report = store.gc_committed_auxiliary(10).await.unwrap();
     assert_eq!(report.removed, 1, "only the orphan goes");
-    let members: Vec<String> =
-        redis::cmd("ZRANGE").arg(store.recovery_key()).arg(0).arg(-1).query_async(&mut con).await.unwrap();
+    let members = zrange_all(&mut con, store.recovery_keys()).await;
     assert_eq!(members.len(), 1, "the unfinished commit keeps its entry: {members:?}");
     assert_eq!(store.scan_recoverable_commits(T0.plus_millis(1), 10).await.unwrap(), vec![pending]);
 }

@@ -25,6 +25,13 @@ pub fn unreachable(url: &str, err: &dyn std::fmt::Display) -> String {
     )
 }
 
+/// The local stack's Redis Cluster (`deploy/local/stack cluster up`), or
+/// `QIM_TEST_REDIS_CLUSTER_URL`: where the contract suites run a second time.
+#[allow(dead_code)] // not every test binary runs on the cluster
+pub fn cluster_url() -> String {
+    qim_testkit::stack::redis_cluster_url()
+}
+
 /// A namespace no other store (in this or another test process) uses.
 pub fn unique_namespace() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -36,12 +43,18 @@ pub fn unique_namespace() -> String {
 /// Deletes every key of the namespaces it was given when dropped (at the end of a test, also
 /// when it panicked), so test runs do not pile up in the shared Redis.
 #[derive(Default)]
-pub struct Cleanup(Mutex<Vec<String>>);
+pub struct Cleanup(Mutex<Vec<(String, String)>>);
 
 impl Cleanup {
-    /// Deletes `namespace`'s keys when this is dropped.
+    /// Deletes `namespace`'s keys on the shared Redis ([`url`]) when this is dropped.
     pub fn register(&self, namespace: &str) {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(namespace.to_owned());
+        self.register_at(&url(), namespace);
+    }
+
+    /// Deletes `namespace`'s keys on the Redis (or cluster) at `url` when this is dropped.
+    pub fn register_at(&self, url: &str, namespace: &str) {
+        let mut all = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.push((url.to_owned(), namespace.to_owned()));
     }
 }
 
@@ -51,8 +64,8 @@ impl Drop for Cleanup {
         if namespaces.is_empty() {
             return;
         }
-        for ns in namespaces {
-            let _ = qim_testkit::redis::wipe_namespace_blocking(&url(), &ns);
+        for (url, ns) in namespaces {
+            let _ = qim_testkit::redis::wipe_namespace_blocking(&url, &ns);
         }
     }
 }
@@ -62,4 +75,26 @@ impl Drop for Cleanup {
 pub fn wipe(namespace: &str) -> usize {
     qim_testkit::redis::wipe_namespace_blocking(&url(), namespace)
         .unwrap_or_else(|e| panic!("wiping {namespace}: {e:#}"))
+}
+
+/// The members of every shard of a sharded index (`RedisMessageStore::recovery_keys` and the
+/// like), shard after shard.
+#[allow(dead_code)] // not every test binary reads the indexes
+pub async fn zrange_all(con: &mut impl redis::aio::ConnectionLike, shards: Vec<String>) -> Vec<String> {
+    let mut all = Vec::new();
+    for key in shards {
+        let members: Vec<String> = redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).query_async(con).await.unwrap();
+        all.extend(members);
+    }
+    all
+}
+
+/// The entries of every shard of a sharded index together.
+#[allow(dead_code)] // not every test binary reads the indexes
+pub async fn zcard_all(con: &mut impl redis::aio::ConnectionLike, shards: Vec<String>) -> i64 {
+    let mut total = 0;
+    for key in shards {
+        total += redis::cmd("ZCARD").arg(&key).query_async::<i64>(con).await.unwrap();
+    }
+    total
 }

@@ -16,7 +16,7 @@ use crate::layout::{
 use crate::output::show_failure;
 use crate::probe::{self, Probe};
 use crate::process::{running_pid, signal, wait_gone};
-use crate::{cassandra, kafka, log, logfile, ports, redis, topics};
+use crate::{cassandra, kafka, log, logfile, ports, redis, redis_cluster, topics};
 
 /// Takes the state dir's lock (blocking while another `up`/`down`/`reset` holds it). The lock
 /// lasts as long as the returned file; servers never inherit it (close-on-exec).
@@ -148,6 +148,7 @@ fn stop_all(settings: &Settings) {
         for svc in Service::ALL {
             scope.spawn(move || stop_one(settings, svc));
         }
+        scope.spawn(move || redis_cluster::stop(settings));
     });
     log!("down in {}s", t0.elapsed().as_secs());
 }

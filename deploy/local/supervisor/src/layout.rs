@@ -60,11 +60,20 @@ pub struct Ports {
     pub kafka_controller: u16,
     pub cassandra_cql: u16,
     pub cassandra_storage: u16,
+    /// The first of the Redis Cluster's six node ports ([`crate::redis_cluster`]).
+    pub redis_cluster: u16,
 }
 
 impl Default for Ports {
     fn default() -> Self {
-        Ports { redis: 6379, kafka: 9092, kafka_controller: 9093, cassandra_cql: 9042, cassandra_storage: 7000 }
+        Ports {
+            redis: 6379,
+            kafka: 9092,
+            kafka_controller: 9093,
+            cassandra_cql: 9042,
+            cassandra_storage: 7000,
+            redis_cluster: 7301,
+        }
     }
 }
 
@@ -167,8 +176,17 @@ impl Settings {
             kafka_controller: port("QIM_STACK_KAFKA_CONTROLLER_PORT", defaults.kafka_controller)?,
             cassandra_cql: port("QIM_STACK_CASSANDRA_PORT", defaults.cassandra_cql)?,
             cassandra_storage: port("QIM_STACK_CASSANDRA_STORAGE_PORT", defaults.cassandra_storage)?,
+            redis_cluster: port("QIM_STACK_REDIS_CLUSTER_PORT", defaults.redis_cluster)?,
         };
-        let mut all = [ports.redis, ports.kafka, ports.kafka_controller, ports.cassandra_cql, ports.cassandra_storage];
+        if ports.redis_cluster > u16::MAX - 10_000 - crate::redis_cluster::NODES {
+            bail!(
+                "QIM_STACK_REDIS_CLUSTER_PORT {} leaves no room for six nodes and their bus ports",
+                ports.redis_cluster
+            );
+        }
+        let mut all =
+            vec![ports.redis, ports.kafka, ports.kafka_controller, ports.cassandra_cql, ports.cassandra_storage];
+        all.extend((0..crate::redis_cluster::NODES).map(|i| ports.redis_cluster + i));
         all.sort_unstable();
         if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
             bail!("port {} is given to two servers (QIM_STACK_*_PORT)", w[0]);
@@ -351,7 +369,8 @@ mod tests {
                 kafka: 19092,
                 kafka_controller: 19093,
                 cassandra_cql: 19042,
-                cassandra_storage: 17000
+                cassandra_storage: 17000,
+                redis_cluster: 7301
             }
         );
         assert_eq!(s.timeout, Duration::from_secs(5));
@@ -364,6 +383,8 @@ mod tests {
         assert!(e.contains("QIM_STACK_TIMEOUT"), "{e}");
         let e = settings(&[("QIM_STACK_REDIS_PORT", "70000")]).unwrap_err().to_string();
         assert!(e.contains("QIM_STACK_REDIS_PORT"), "{e}");
+        let e = settings(&[("QIM_STACK_KAFKA_PORT", "7303")]).unwrap_err().to_string();
+        assert!(e.contains("port 7303 is given to two servers"), "{e}");
         let e = settings(&[("QIM_STACK_KAFKA_PORT", "6379")]).unwrap_err().to_string();
         assert!(e.contains("6379"), "{e}");
     }

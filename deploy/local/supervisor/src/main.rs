@@ -17,6 +17,7 @@ mod ports;
 mod probe;
 mod process;
 mod redis;
+mod redis_cluster;
 mod resp;
 mod topics;
 
@@ -65,6 +66,27 @@ enum Cmd {
         #[arg(value_enum)]
         server: Service,
     },
+    /// The Redis Cluster (three masters, three replicas) beside the single Redis; `down` and
+    /// `reset` stop it too.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterCmd,
+    },
+}
+
+#[derive(Debug, PartialEq, Eq, Subcommand)]
+enum ClusterCmd {
+    /// Start the six nodes (QIM_STACK_REDIS_CLUSTER_PORT and the five after it), create the
+    /// cluster on a fresh state dir, wait for cluster_state:ok on every node.
+    Up,
+    /// Stop the nodes.
+    Down,
+    /// One line per node; exit 0 only if every node reports cluster_state:ok.
+    Status,
+    /// Stop the nodes and delete their data.
+    Reset,
+    /// SIGKILL one node (by port) for failover tests; `cluster up` restarts it.
+    Kill { port: u16 },
 }
 
 /// The exit code of a usage error: 1 for a bad `kill` or `logs` argument, 2 otherwise.
@@ -104,6 +126,16 @@ fn main() -> ExitCode {
         Cmd::Check => commands::check(&s),
         Cmd::Reset => commands::reset(&s),
         Cmd::Kill { server } => commands::kill(&s, server),
+        Cmd::Cluster { action } => match action {
+            ClusterCmd::Up => redis_cluster::up(&s),
+            ClusterCmd::Down => {
+                redis_cluster::stop(&s);
+                Ok(ExitCode::SUCCESS)
+            }
+            ClusterCmd::Status => redis_cluster::status(&s),
+            ClusterCmd::Reset => redis_cluster::reset(&s),
+            ClusterCmd::Kill { port } => redis_cluster::kill(&s, port),
+        },
     });
     result.unwrap_or_else(|e| {
         log!("ERROR: {e:#}");
@@ -123,6 +155,11 @@ mod tests {
     fn the_commands_parse_as_the_script_took_them() {
         assert_eq!(parse(&["up"]).unwrap(), Cmd::Up);
         assert_eq!(parse(&["status"]).unwrap(), Cmd::Status);
+        assert_eq!(parse(&["cluster", "up"]).unwrap(), Cmd::Cluster { action: ClusterCmd::Up });
+        assert_eq!(
+            parse(&["cluster", "kill", "7302"]).unwrap(),
+            Cmd::Cluster { action: ClusterCmd::Kill { port: 7302 } }
+        );
         assert_eq!(parse(&["kill", "cassandra"]).unwrap(), Cmd::Kill { server: Service::Cassandra });
         assert_eq!(parse(&["logs"]).unwrap(), Cmd::Logs { servers: vec![], follow: false });
         assert_eq!(

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 
 use redis::Value;
 
+use crate::redis::connection::query_by_slot;
+
 use super::dispatch::{corrupt, fence_arg, lost, not_begun};
 use super::keys::ShardKeys;
 use super::reply::{number, status};
@@ -34,14 +36,15 @@ impl RedisMailboxStore {
                 rows.len() - 1
             });
         }
-        let mut pipe = redis::pipe();
-        for id in &rows {
-            let (row, _, _) = self.shard_keys(id.shard).dispatch(&id.message_id);
-            pipe.cmd("HMGET").arg(row).arg("manifest").arg("seq");
-        }
-        let mut conn = self.conn.clone();
+        let reads: Vec<redis::Cmd> = rows
+            .iter()
+            .map(|id| {
+                let (row, _, _) = self.shard_keys(id.shard).dispatch(&id.message_id);
+                redis::cmd("HMGET").arg(row).arg("manifest").arg("seq").clone()
+            })
+            .collect();
         let stored: Vec<(Option<Vec<u8>>, Option<String>)> =
-            pipe.query_async(&mut conn).await.map_err(|e| redis_err("reading dispatches", e))?;
+            query_by_slot(&self.conn, &reads).await.map_err(|e| redis_err("reading dispatches", e))?;
         if stored.len() != rows.len() {
             return Err(StoreError::CorruptEntry(format!("{} dispatch rows read for {}", stored.len(), rows.len())));
         }
@@ -78,7 +81,7 @@ impl RedisMailboxStore {
             entries.extend(recipients.iter().map(|u| w.manifest.entry_for(*u, canonical, &self.retention)));
         }
         let groups = canonical_groups(&entries)?;
-        user::write_groups(&mut conn, &self.ns, groups, self.clock.now()).await?;
+        user::write_groups(&mut self.conn.clone(), &self.ns, groups, self.clock.now()).await?;
         Ok(entries.len())
     }
 

@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use redis::aio::ConnectionManager;
+use crate::redis::connection::query_by_slot;
+use crate::redis::RedisConnection;
 use redis::Value;
 
 use super::keys::{seq8, UserKeys};
@@ -80,7 +81,7 @@ fn parse_meta(keys: &UserKeys, mut fields: Vec<Option<Vec<u8>>>) -> StoreResult<
     Ok(Meta { gen, exists, trim: parse_seq(keys, "trim", trim)?, gap: parse_seq(keys, "gap", gap)?, ledger })
 }
 
-async fn read_meta(conn: &mut ConnectionManager, keys: &UserKeys) -> StoreResult<Meta> {
+async fn read_meta(conn: &mut RedisConnection, keys: &UserKeys) -> StoreResult<Meta> {
     let fields: Vec<Option<Vec<u8>>> =
         meta_command(keys).query_async(conn).await.map_err(|e| redis_err("reading mailbox meta", e))?;
     parse_meta(keys, fields)
@@ -136,7 +137,7 @@ fn plan(meta: &Meta, groups: &[EventGroup], now: UnixMillis) -> StoreResult<Plan
 
 /// Applies `plan` if the meta is still at `gen`; `false` when it moved (re-read and retry).
 async fn commit(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConnection,
     keys: &UserKeys,
     gen: &str,
     plan: &Plan,
@@ -163,7 +164,7 @@ async fn commit(
 /// could then still make that user's ledger overflow after other users of the batch were
 /// written).
 pub(super) async fn write_groups(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConnection,
     ns: &str,
     groups: Vec<EventGroup>,
     now: UnixMillis,
@@ -177,12 +178,9 @@ pub(super) async fn write_groups(
     }
     let users: Vec<(UserKeys, Vec<EventGroup>)> =
         by_user.into_iter().map(|((t, u), gs)| (UserKeys::new(ns, &t, &u), gs)).collect();
-    let mut pipe = redis::pipe();
-    for (keys, _) in &users {
-        pipe.add_command(meta_command(keys));
-    }
+    let reads: Vec<redis::Cmd> = users.iter().map(|(keys, _)| meta_command(keys)).collect();
     let metas: Vec<Vec<Option<Vec<u8>>>> =
-        pipe.query_async(conn).await.map_err(|e| redis_err("reading mailbox meta", e))?;
+        query_by_slot(conn, &reads).await.map_err(|e| redis_err("reading mailbox meta", e))?;
     if metas.len() != users.len() {
         return Err(StoreError::CorruptEntry(format!("{} meta replies for {} users", metas.len(), users.len())));
     }
@@ -226,7 +224,7 @@ fn keep_first_error(first: &mut Option<StoreError>, done: Result<StoreResult<()>
 
 /// Commits one user's planned groups, re-reading and re-planning while the meta moves.
 async fn commit_user(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConnection,
     keys: &UserKeys,
     groups: &[EventGroup],
     gen: String,
@@ -255,7 +253,7 @@ fn contended(keys: &UserKeys) -> StoreError {
 
 /// `range_scan` after the argument checks (same epoch, `max_items >= 1`, `after <= up_to`).
 pub(super) async fn scan(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConnection,
     keys: &UserKeys,
     (tenant, user): (TenantId, UserId),
     after: MailboxSeq,
@@ -339,7 +337,7 @@ pub(super) async fn scan(
 
 /// `truncate_before`: raises the trim monotonically and removes every group at or below it.
 pub(super) async fn truncate(
-    conn: &mut ConnectionManager,
+    conn: &mut RedisConnection,
     keys: &UserKeys,
     through: MailboxSeq,
 ) -> StoreResult<MailboxSeq> {

@@ -1,6 +1,6 @@
 //! The recovery scan and the two GC drains of [`RedisMessageStore`].
 
-use super::keys::{parse_aux_member, parse_expiry_member};
+use super::keys::{aux_shard, parse_aux_member, parse_expiry_member};
 use super::scripts::{self, invoke, status};
 use super::{aux_due, RedisMessageStore};
 use crate::error::{StoreError, StoreResult};
@@ -28,26 +28,33 @@ impl RedisMessageStore {
         self.flush_settled().await?;
         let batch = limit.clamp(16, 1000);
         let max = format!("({}", cutoff.0);
+        // Bounded over all shards together: entries that do not qualify can not make one call
+        // unbounded.
         let most = limit.saturating_mul(INSPECT_PER_ITEM).max(1000);
-        let mut offset = 0;
-        while offset < most {
-            let members = self.zrange_due(&self.keys.recovery(), &max, offset, batch).await?;
-            for member in &members {
-                let (key, created_at) = parse_aux_member(member)?;
-                // An entry without its commit (a crash or a lost race), of a later reuse of the
-                // key, or of a finished commit is skipped.
-                let Some(stored) = self.load(&key).await? else { continue };
-                if stored.commit.intent.created_at == created_at && stored.commit.state.is_recoverable() {
-                    found.push(stored.commit);
-                    if found.len() == limit {
-                        return Ok(found);
+        let mut inspected = 0;
+        for shard in self.scans.recovery.order() {
+            let key = self.keys.recovery(shard);
+            let mut offset = 0;
+            while inspected < most {
+                let members = self.zrange_due(&key, &max, offset, batch).await?;
+                inspected += members.len();
+                for member in &members {
+                    let (key, created_at) = parse_aux_member(member)?;
+                    // An entry without its commit (a crash or a lost race), of a later reuse of
+                    // the key, or of a finished commit is skipped.
+                    let Some(stored) = self.load(&key).await? else { continue };
+                    if stored.commit.intent.created_at == created_at && stored.commit.state.is_recoverable() {
+                        found.push(stored.commit);
+                        if found.len() == limit {
+                            return Ok(found);
+                        }
                     }
                 }
+                if members.len() < batch {
+                    break;
+                }
+                offset += batch;
             }
-            if members.len() < batch {
-                return Ok(found);
-            }
-            offset += batch;
         }
         Ok(found)
     }
@@ -62,58 +69,70 @@ impl RedisMessageStore {
         }
         self.flush_settled().await?;
         // Committed commits past the TTL (committed_at <= now - TTL).
-        for member in self.zrange_due(&self.keys.commit_gc(), &max, 0, limit).await? {
-            let (key, created_at) = parse_aux_member(&member)?;
-            match self.load(&key).await? {
-                Some(s) if s.commit.intent.created_at == created_at => {
-                    if s.commit.state != CommitState::Committed {
-                        // An entry written alongside a transition that did not land (a pipeline
-                        // is not a transaction): the commit is unfinished, so its recovery entry
-                        // stays for the recovery loop; only this entry goes.
-                        self.zrem(&self.keys.commit_gc(), &member).await?;
-                        report.removed += 1;
-                        continue;
+        for shard in self.scans.commit_gc.order() {
+            let commit_gc = self.keys.commit_gc(shard);
+            for member in self.zrange_due(&commit_gc, &max, 0, limit - report.removed).await? {
+                let (key, created_at) = parse_aux_member(&member)?;
+                match self.load(&key).await? {
+                    Some(s) if s.commit.intent.created_at == created_at => {
+                        if s.commit.state != CommitState::Committed {
+                            // An entry written alongside a transition that did not land (a
+                            // pipeline is not a transaction): the commit is unfinished, so its
+                            // recovery entry stays for the recovery loop; only this entry goes.
+                            self.zrem(&commit_gc, &member).await?;
+                            report.removed += 1;
+                            continue;
+                        }
+                        if !aux_due(&s.commit, now) {
+                            // Committed a moment after this entry's score (another process won
+                            // the transition): due on a later pass.
+                            continue;
+                        }
+                        self.delete_commit(&key, &s.blob).await?;
                     }
-                    if !aux_due(&s.commit, now) {
-                        // Committed a moment after this entry's score (another process won the
-                        // transition): due on a later pass.
-                        continue;
-                    }
-                    self.delete_commit(&key, &s.blob).await?;
+                    // Already expired by its safety-net TTL, or the key was reused: nothing to
+                    // delete.
+                    _ => {}
                 }
-                // Already expired by its safety-net TTL, or the key was reused: nothing to delete.
-                _ => {}
+                self.zrem(&self.keys.recovery(aux_shard(&member)), &member).await?;
+                self.zrem(&commit_gc, &member).await?;
+                report.removed += 1;
             }
-            self.zrem(&self.keys.recovery(), &member).await?;
-            self.zrem(&self.keys.commit_gc(), &member).await?;
-            report.removed += 1;
+            if report.removed == limit {
+                return Ok(report);
+            }
         }
         // Recovery entries older than the TTL that lead nowhere (a crash inside reserve, a lost
         // race, a crash inside mark_committed); entries of unfinished commits stay.
         let budget = limit - report.removed;
-        if budget == 0 {
-            return Ok(report);
-        }
-        // Entries of commits still unfinished stay in place: skip past them (bounded), so they can
-        // not hide the orphans behind them.
-        let most = budget.saturating_mul(INSPECT_PER_ITEM);
-        for member in self.zrange_due(&self.keys.recovery(), &max, 0, most).await? {
-            if report.removed == limit {
+        // Entries of commits still unfinished stay in place: skip past them (bounded over all
+        // shards), so they can not hide the orphans behind them.
+        let mut most = budget.saturating_mul(INSPECT_PER_ITEM);
+        for shard in self.scans.recovery.order() {
+            if most == 0 || report.removed == limit {
                 break;
             }
-            let (key, created_at) = parse_aux_member(&member)?;
-            match self.load(&key).await? {
-                Some(s) if s.commit.intent.created_at == created_at => {
-                    if !aux_due(&s.commit, now) {
-                        continue;
-                    }
-                    self.delete_commit(&key, &s.blob).await?;
-                    self.zrem(&self.keys.commit_gc(), &member).await?;
+            let recovery = self.keys.recovery(shard);
+            let members = self.zrange_due(&recovery, &max, 0, most).await?;
+            most -= members.len();
+            for member in members {
+                if report.removed == limit {
+                    break;
                 }
-                _ => {}
+                let (key, created_at) = parse_aux_member(&member)?;
+                match self.load(&key).await? {
+                    Some(s) if s.commit.intent.created_at == created_at => {
+                        if !aux_due(&s.commit, now) {
+                            continue;
+                        }
+                        self.delete_commit(&key, &s.blob).await?;
+                        self.zrem(&self.keys.commit_gc(aux_shard(&member)), &member).await?;
+                    }
+                    _ => {}
+                }
+                self.zrem(&recovery, &member).await?;
+                report.removed += 1;
             }
-            self.zrem(&self.keys.recovery(), &member).await?;
-            report.removed += 1;
         }
         Ok(report)
     }
@@ -125,8 +144,21 @@ impl RedisMessageStore {
         if limit == 0 {
             return Ok(report);
         }
-        let gc_key = self.keys.history_gc();
-        for member in self.zrange_due(&gc_key, &now.0.to_string(), 0, limit).await? {
+        for shard in self.scans.history_gc.order() {
+            if report.removed + report.orphans_cleaned >= limit {
+                break;
+            }
+            let gc_key = self.keys.history_gc(shard);
+            let now = now.0.to_string();
+            let due = self.zrange_due(&gc_key, &now, 0, limit - report.removed - report.orphans_cleaned).await?;
+            self.gc_history_members(&gc_key, due, &mut report).await?;
+        }
+        Ok(report)
+    }
+
+    /// Deletes the expired records `members` of the shard `gc_key` names.
+    async fn gc_history_members(&self, gc_key: &str, members: Vec<String>, report: &mut GcReport) -> StoreResult<()> {
+        for member in members {
             let (tenant, conversation, seq) = parse_expiry_member(&member)?;
             let tombstones = self.keys.gc_tombstones(tenant, conversation);
             let mut invocation = scripts::GC_RECORD.key(self.keys.index(tenant, conversation));
@@ -138,11 +170,11 @@ impl RedisMessageStore {
             let (outcome, _) = status("message_gc_record", &what, reply)?;
             match outcome.as_str() {
                 "removed" | "already" => {
-                    self.zrem(&gc_key, &member).await?;
+                    self.zrem(gc_key, &member).await?;
                     report.removed += 1;
                 }
                 "orphan" => {
-                    self.zrem(&gc_key, &member).await?;
+                    self.zrem(gc_key, &member).await?;
                     report.orphans_cleaned += 1;
                 }
                 other => {
@@ -152,6 +184,6 @@ impl RedisMessageStore {
                 }
             }
         }
-        Ok(report)
+        Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! The hot tier's own duties (ADR-0019): the registrations of records with the expiry index and
 //! the trim window, the archived watermark, and the trim of the 7-day window.
 
-use super::keys::{expiry_member, parse_expiry_member};
+use super::keys::{expiry_member, expiry_shard, parse_expiry_member};
 use super::scripts::{answered, bytes, invoke, query, run, status, Batch, RAISE, TRIM};
 use super::RedisMessageStore;
 use crate::error::{StoreError, StoreResult};
@@ -63,11 +63,11 @@ impl RedisMessageStore {
         if let Some(expiry) = expiry {
             let trimmed_first = self.trim_window_millis.is_some_and(|w| expiry.0 - created_at.0 >= w + MILLIS_PER_DAY);
             if !trimmed_first {
-                batch.command("ZADD").arg(self.keys.history_gc()).arg(expiry.0).arg(&member);
+                batch.command("ZADD").arg(self.keys.history_gc(expiry_shard(&member))).arg(expiry.0).arg(&member);
             }
         }
         if self.trim_window_millis.is_some() {
-            batch.command("ZADD").arg(self.keys.hot_window()).arg(created_at.0).arg(&member);
+            batch.command("ZADD").arg(self.keys.hot_window(expiry_shard(&member))).arg(created_at.0).arg(&member);
         }
     }
 
@@ -120,36 +120,42 @@ impl RedisMessageStore {
         };
         let cutoff = self.clock.now().0 - window;
         let mut report = TrimReport::default();
-        let mut offset = 0usize;
-        // Look past records waiting for the archive, but not forever: at most 10 pages a pass.
-        for _ in 0..10 {
-            let page = redis::cmd("ZRANGEBYSCORE")
-                .arg(self.keys.hot_window())
-                .arg("-inf")
-                .arg(format!("({cutoff}"))
-                .arg("LIMIT")
-                .arg(offset)
-                .arg(limit.max(1))
-                .clone();
-            let members: Vec<String> = query(&self.con, "reading the hot-tier trim window", &page).await?;
-            if members.is_empty() {
-                break;
-            }
-            for member in &members {
-                let (tenant, conversation, seq) = parse_expiry_member(member)?;
-                if self.trim_one(tenant, conversation, seq).await? {
-                    for zset in [self.keys.history_gc(), self.keys.hot_window()] {
-                        let rem = redis::cmd("ZREM").arg(zset).arg(member).clone();
-                        query::<i64>(&self.con, "removing a trimmed record's index members", &rem).await?;
+        // Look past records waiting for the archive, but not forever: the first page of every
+        // shard and at most 10 more pages a pass.
+        let mut extra_pages = 10;
+        for shard in self.scans.hot_window.order() {
+            let window = self.keys.hot_window(shard);
+            let mut offset = 0usize;
+            loop {
+                let page = redis::cmd("ZRANGEBYSCORE")
+                    .arg(&window)
+                    .arg("-inf")
+                    .arg(format!("({cutoff}"))
+                    .arg("LIMIT")
+                    .arg(offset)
+                    .arg(limit.max(1))
+                    .clone();
+                let members: Vec<String> = query(&self.con, "reading the hot-tier trim window", &page).await?;
+                for member in &members {
+                    let (tenant, conversation, seq) = parse_expiry_member(member)?;
+                    if self.trim_one(tenant, conversation, seq).await? {
+                        for zset in [self.keys.history_gc(shard), window.clone()] {
+                            let rem = redis::cmd("ZREM").arg(zset).arg(member).clone();
+                            query::<i64>(&self.con, "removing a trimmed record's index members", &rem).await?;
+                        }
+                        report.trimmed += 1;
+                        if report.trimmed >= limit {
+                            return Ok(report);
+                        }
+                    } else {
+                        report.waiting_for_archive += 1;
+                        offset += 1;
                     }
-                    report.trimmed += 1;
-                    if report.trimmed >= limit {
-                        return Ok(report);
-                    }
-                } else {
-                    report.waiting_for_archive += 1;
-                    offset += 1;
                 }
+                if members.len() < limit.max(1) || extra_pages == 0 {
+                    break;
+                }
+                extra_pages -= 1;
             }
         }
         Ok(report)

@@ -1,11 +1,13 @@
 //! What tests and tools may look at or break in a Redis message store: the names of its keys,
 //! and sabotage of single records (for the invariant checker's own tests). Not for services.
 
+use super::keys::{aux_shard, expiry_shard};
 use super::scripts::query;
 use super::RedisMessageStore;
 use crate::error::StoreResult;
 use crate::ids::{ConversationId, ConversationSeq, TenantId};
 use crate::message::CommitKey;
+use crate::redis::index_shard::IndexShard;
 
 impl RedisMessageStore {
     /// The counter of the highest seq issued in a conversation.
@@ -43,22 +45,35 @@ impl RedisMessageStore {
         self.keys.commit(key)
     }
 
-    /// The recovery index (`{recovery}`).
+    /// Every shard of the recovery index (`{recovery:<shard>}`).
     #[doc(hidden)]
-    pub fn recovery_key(&self) -> String {
-        self.keys.recovery()
+    pub fn recovery_keys(&self) -> Vec<String> {
+        IndexShard::all().map(|s| self.keys.recovery(s)).collect()
     }
 
-    /// The index of COMMITTED commits (`{commitgc}`).
+    /// Every shard of the index of COMMITTED commits (`{commitgc:<shard>}`).
     #[doc(hidden)]
-    pub fn commit_gc_key(&self) -> String {
-        self.keys.commit_gc()
+    pub fn commit_gc_keys(&self) -> Vec<String> {
+        IndexShard::all().map(|s| self.keys.commit_gc(s)).collect()
     }
 
-    /// The hot-tier expiry index (`{msghistorygc}`).
+    /// The shards of `{recovery}` and `{commitgc}` that hold `member`.
     #[doc(hidden)]
-    pub fn history_gc_key(&self) -> String {
-        self.keys.history_gc()
+    pub fn aux_keys_of(&self, member: &str) -> [String; 2] {
+        let shard = aux_shard(member);
+        [self.keys.recovery(shard), self.keys.commit_gc(shard)]
+    }
+
+    /// The shard of `{msghistorygc}` that holds `member`.
+    #[doc(hidden)]
+    pub fn history_gc_key_of(&self, member: &str) -> String {
+        self.keys.history_gc(expiry_shard(member))
+    }
+
+    /// Every shard of the hot-tier expiry index (`{msghistorygc:<shard>}`).
+    #[doc(hidden)]
+    pub fn history_gc_keys(&self) -> Vec<String> {
+        IndexShard::all().map(|s| self.keys.history_gc(s)).collect()
     }
 
     /// Test sabotage: removes a record blob, leaving its index entry.

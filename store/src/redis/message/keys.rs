@@ -5,6 +5,7 @@
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UnixMillis, UserId};
 use crate::message::CommitKey;
+use crate::redis::index_shard::IndexShard;
 use crate::redis::membership_cache::{MEMBERS_CACHED_SUFFIX, MEMBERS_SUFFIX};
 
 /// Builds every key of one namespace.
@@ -108,28 +109,29 @@ impl Keys {
         out
     }
 
-    /// `<ns>:{recovery}`: ZSET of unfinished commits, score = created_at ms, member =
-    /// [`aux_member`].
-    pub(super) fn recovery(&self) -> String {
-        format!("{}:{{recovery}}", self.ns)
+    /// `<ns>:{recovery:<shard>}`: ZSETs of unfinished commits, score = created_at ms, member =
+    /// [`aux_member`], in the shard of the member's sender ([`aux_shard`]).
+    pub(super) fn recovery(&self, shard: IndexShard) -> String {
+        shard.key(&self.ns, "recovery")
     }
 
-    /// `<ns>:{commitgc}`: ZSET of COMMITTED commits, score = committed_at ms, member =
-    /// [`aux_member`].
-    pub(super) fn commit_gc(&self) -> String {
-        format!("{}:{{commitgc}}", self.ns)
+    /// `<ns>:{commitgc:<shard>}`: ZSETs of COMMITTED commits, score = committed_at ms, member =
+    /// [`aux_member`], sharded as `recovery`.
+    pub(super) fn commit_gc(&self, shard: IndexShard) -> String {
+        shard.key(&self.ns, "commitgc")
     }
 
-    /// `<ns>:{hotwindow}`: ZSET of records the hot-tier trim must eventually remove, score =
-    /// created_at ms, member = [`expiry_member`]. Filled only by a trim-owning store.
-    pub(super) fn hot_window(&self) -> String {
-        format!("{}:{{hotwindow}}", self.ns)
+    /// `<ns>:{hotwindow:<shard>}`: ZSETs of records the hot-tier trim must eventually remove,
+    /// score = created_at ms, member = [`expiry_member`], in the shard of the member's
+    /// conversation ([`expiry_shard`]). Filled only by a trim-owning store.
+    pub(super) fn hot_window(&self, shard: IndexShard) -> String {
+        shard.key(&self.ns, "hotwindow")
     }
 
-    /// `<ns>:{msghistorygc}`: ZSET of the hot tier's record expiries, score = expiry ms,
-    /// member = [`expiry_member`].
-    pub(super) fn history_gc(&self) -> String {
-        format!("{}:{{msghistorygc}}", self.ns)
+    /// `<ns>:{msghistorygc:<shard>}`: ZSETs of the hot tier's record expiries, score = expiry
+    /// ms, member = [`expiry_member`], sharded as `hotwindow`.
+    pub(super) fn history_gc(&self, shard: IndexShard) -> String {
+        shard.key(&self.ns, "msghistorygc")
     }
 }
 
@@ -148,6 +150,11 @@ pub(super) fn aux_member(key: &CommitKey, created_at: UnixMillis) -> String {
     out.push(':');
     out.push_str(client);
     out
+}
+
+/// The shard of an [`aux_member`]: its sender's (the text before the first `:`).
+pub(super) fn aux_shard(member: &str) -> IndexShard {
+    IndexShard::of(member.split(':').next().unwrap_or(member))
 }
 
 /// A request key's field in its conversation's claims: `<sender hex>:<client id>` (the tenant is
@@ -186,6 +193,11 @@ pub(super) fn expiry_member(tenant: TenantId, conversation: ConversationId, seq:
     out.push('|');
     out.push_str(&seq.0.to_string());
     out
+}
+
+/// The shard of an [`expiry_member`]: its conversation's (the text before the last `|`).
+pub(super) fn expiry_shard(member: &str) -> IndexShard {
+    IndexShard::of(member.rsplit_once('|').map_or(member, |(owner, _)| owner))
 }
 
 /// Appends `bytes` as lowercase hex, the same text as the ids' `to_hex` (key names are on the
@@ -269,7 +281,13 @@ mod tests {
         ] {
             assert!(k.starts_with(&format!("qim:{tag}:")), "{k}");
         }
-        assert_eq!(keys.recovery(), "qim:{recovery}");
-        assert_eq!(keys.history_gc(), "qim:{msghistorygc}");
+        let member = expiry_member(t, c, ConversationSeq(7));
+        assert_eq!(expiry_shard(&member), expiry_shard(&expiry_member(t, c, ConversationSeq(8))));
+        assert!(keys.history_gc(expiry_shard(&member)).starts_with("qim:{msghistorygc:"));
+        let key =
+            CommitKey { tenant: t, sender: UserId([3; 16]), client_message_id: ClientMessageId::new("m").unwrap() };
+        let aux = aux_member(&key, UnixMillis(5));
+        assert_eq!(aux_shard(&aux), aux_shard(&aux_member(&key, UnixMillis(6))));
+        assert!(keys.recovery(aux_shard(&aux)).starts_with("qim:{recovery:"));
     }
 }

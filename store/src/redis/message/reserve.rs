@@ -2,7 +2,7 @@
 //! the commit created if the key is free (see the parent module's "Step order and crash
 //! safety", and [`super::lease`]).
 
-use super::keys::{self, aux_member};
+use super::keys::{self, aux_member, aux_shard};
 use super::lease::{self, Allocation};
 use super::scripts::{self, answered, bytes, run, status, Batch};
 use super::{decode_stored, one, two, Described, RedisMessageStore};
@@ -39,7 +39,7 @@ impl RedisMessageStore {
         let seq = loop {
             let mut batch = Batch::default();
             self.allocate_seq(&mut batch, key, conversation, created_at, check_sender);
-            batch.command("ZADD").arg(self.keys.recovery()).arg(created_at.0).arg(&member);
+            batch.command("ZADD").arg(self.keys.recovery(aux_shard(&member))).arg(created_at.0).arg(&member);
             let [allocated, listed] = two(run(&self.con, "reserving a commit", batch).await?)?;
             let allocation = match self.allocation(conversation, allocated) {
                 Ok(a) => a,
@@ -183,7 +183,7 @@ impl RedisMessageStore {
     /// Best effort: removes a recovery entry that leads nowhere (else the auxiliary GC does).
     /// Never the stored commit's: an entry is named by its `created_at`, fresh per attempt.
     pub(super) async fn give_up_orphan(&self, member: &str) {
-        let _ = self.zrem(&self.keys.recovery(), member).await;
+        let _ = self.zrem(&self.keys.recovery(aux_shard(member)), member).await;
     }
 }
 

@@ -6,7 +6,7 @@
 
 use metrics::counter;
 
-use super::keys::{aux_member, claim};
+use super::keys::{aux_member, aux_shard, claim};
 use super::lease::RecentRecords;
 use super::scripts::{answered, run, status, Batch, Reply, RESTORE_COMMIT, RESTORE_RECORD};
 use super::{RedisMessageStore, COMMITTED_REDIS_TTL_MILLIS};
@@ -134,7 +134,7 @@ impl RedisMessageStore {
             if self.commit_restored(key, reply)? {
                 report.commits_restored += 1;
                 let (at, member) = (commit.committed_at.unwrap_or(now), aux_member(key, commit.intent.created_at));
-                registrations.command("ZADD").arg(self.keys.commit_gc()).arg(at.0).arg(member);
+                registrations.command("ZADD").arg(self.keys.commit_gc(aux_shard(&member))).arg(at.0).arg(&member);
             } else {
                 report.commits_present += 1;
             }

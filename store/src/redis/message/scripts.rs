@@ -7,10 +7,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 
-use redis::aio::ConnectionManager;
+use crate::redis::RedisConnection;
 use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{StoreError, StoreResult};
+use crate::redis::connection::{eval_of, pipeline_by_slot};
 use crate::redis::serving_script;
 
 /// A script that reads seq leases: `lease_prelude.lua` (their format and parsing) in front of
@@ -25,23 +26,25 @@ macro_rules! leased {
 }
 
 pub(super) static RESERVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_reserve.lua")));
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_reserve.lua")));
 pub(super) static COMMIT_CAS: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_commit_cas.lua")));
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_commit_cas.lua")));
 pub(super) static COMMIT_DELETE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_commit_delete.lua")));
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_commit_delete.lua")));
 pub(super) static PUT_RECORD: LazyLock<Script> = LazyLock::new(|| leased!("message_put_record.lua"));
 pub(super) static RESTORE_RECORD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_restore_record.lua")));
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_restore_record.lua")));
 pub(super) static RESTORE_COMMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_restore_commit.lua")));
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_restore_commit.lua")));
 pub(super) static HISTORY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_history.lua")));
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_history.lua")));
 pub(super) static ALLOCATE_SEQ: LazyLock<Script> = LazyLock::new(|| leased!("message_allocate_seq.lua"));
-pub(super) static RAISE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_raise.lua")));
-pub(super) static TRIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/message_trim.lua")));
+pub(super) static RAISE: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_raise.lua")));
+pub(super) static TRIM: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_trim.lua")));
 pub(super) static GC_RECORD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/message_gc_record.lua")));
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_gc_record.lua")));
 pub(super) static LEASE_INSTALL: LazyLock<Script> = LazyLock::new(|| leased!("message_lease_install.lua"));
 pub(super) static LEASE_CHECK: LazyLock<Script> = LazyLock::new(|| leased!("message_lease_check.lua"));
 
@@ -49,23 +52,23 @@ pub(super) static LEASE_CHECK: LazyLock<Script> = LazyLock::new(|| leased!("mess
 /// round trips made through it, so tests and the benchmark can hold the step costs to account.
 #[derive(Clone)]
 pub(super) struct Link {
-    manager: ConnectionManager,
+    manager: RedisConnection,
     trips: Arc<AtomicU64>,
 }
 
 impl Link {
-    pub(super) fn new(manager: ConnectionManager) -> Self {
+    pub(super) fn new(manager: RedisConnection) -> Self {
         Self { manager, trips: Arc::default() }
     }
 
     /// A connection handle for one round trip (counted).
-    fn trip(&self) -> ConnectionManager {
+    fn trip(&self) -> RedisConnection {
         self.trips.fetch_add(1, Ordering::Relaxed);
         self.manager.clone()
     }
 
     /// A connection handle for a caller that counts its own trips ([`run`]).
-    pub(super) fn manager(&self) -> ConnectionManager {
+    pub(super) fn manager(&self) -> RedisConnection {
         self.manager.clone()
     }
 
@@ -112,7 +115,8 @@ pub(super) async fn query<T: redis::FromRedisValue>(con: &Link, what: &str, cmd:
 
 /// Commands sent together in one round trip: a pipeline, not a transaction. Each command
 /// succeeds or fails on its own, and on Redis Cluster the commands of different slots go to
-/// different nodes, so any subset of them may take effect (a crash mid-send, one node failing).
+/// different nodes as pipelines of their own (those of one slot in one pipeline, in order), so
+/// any subset of them may take effect (a crash mid-send, one node failing).
 /// Callers batch only commands that do not depend on each other's results, and whose every
 /// partial outcome is legal state (each call site says why).
 #[derive(Default)]
@@ -149,63 +153,44 @@ impl Batch {
 /// One command's reply in a [`Batch`]: its value, or the error the server answered it with.
 pub(super) type Reply = Result<Value, redis::RedisError>;
 
-/// Sends `batch` as one pipeline and returns every command's reply, in order. Commands whose
-/// script the server lost (NOSCRIPT: a `SCRIPT FLUSH`, a restart, a failover) are sent again,
-/// alone, after loading their scripts; the others are not repeated. `Err` only when the round
-/// trip itself failed (then any subset of the commands may have taken effect).
+/// Sends `batch` (one pipeline on a single node; one per slot, at once, on a cluster) and
+/// returns every command's reply, in order. Commands whose script the server lost (NOSCRIPT: a
+/// `SCRIPT FLUSH`, a restart, a failover) are sent again as `EVAL` of the script's source; the
+/// others are not repeated. `Err` only when a round trip itself failed (then any subset of the
+/// commands may have taken effect).
 pub(super) async fn run(link: &Link, what: &str, batch: Batch) -> StoreResult<Vec<Reply>> {
-    let mut con = link.manager();
+    let con = link.manager();
     let Batch { cmds, scripts } = batch;
-    let mut all = redis::pipe();
-    for cmd in cmds {
-        all.add_command(cmd);
-    }
-    let mut replies: Vec<Option<Reply>> = (0..all.len()).map(|_| None).collect();
-    let mut pending: Vec<usize> = (0..all.len()).collect();
+    let mut replies: Vec<Option<Reply>> = (0..cmds.len()).map(|_| None).collect();
+    let mut pending: Vec<usize> = (0..cmds.len()).collect();
+    let mut sending = cmds;
     let mut attempt = 1;
     while !pending.is_empty() {
-        link.trips.fetch_add(1, Ordering::Relaxed);
-        let values: Vec<Value> = if attempt == 1 {
-            all.ignore_errors().query_async(&mut con).await
-        } else {
-            let mut pipe = redis::pipe();
-            for cmd in all.cmd_iter().enumerate().filter(|(i, _)| pending.contains(i)).map(|(_, c)| c) {
-                pipe.add_command(cmd.clone());
-            }
-            pipe.ignore_errors().query_async(&mut con).await
-        }
-        .map_err(|e| call_error(what, e))?;
-        if values.len() != pending.len() {
-            return Err(StoreError::InvariantViolation(format!(
-                "{what}: {} replies to a pipeline of {}",
-                values.len(),
-                pending.len()
-            )));
-        }
+        let (values, trips) = pipeline_by_slot(&con, &sending).await.map_err(|e| call_error(what, e))?;
+        link.trips.fetch_add(trips as u64, Ordering::Relaxed);
         let mut lost = Vec::new();
-        for (&i, value) in pending.iter().zip(values) {
+        let mut again = Vec::new();
+        for ((&i, value), sent) in pending.iter().zip(values).zip(&sending) {
             match value {
                 Value::ServerError(e)
                     if attempt < NOSCRIPT_ATTEMPTS
                         && scripts[i].is_some()
                         && e.kind() == Some(ServerErrorKind::NoScript) =>
                 {
-                    lost.push(i);
+                    match eval_of(sent) {
+                        Some(eval) => {
+                            lost.push(i);
+                            again.push(eval);
+                        }
+                        None => replies[i] = Some(Err(e.into())),
+                    }
                 }
                 Value::ServerError(e) => replies[i] = Some(Err(e.into())),
                 other => replies[i] = Some(Ok(other)),
             }
         }
-        let mut loaded: Vec<&str> = Vec::new();
-        for &i in &lost {
-            let script = scripts[i].expect("only script commands are sent again");
-            if !loaded.contains(&script.get_hash()) {
-                link.trips.fetch_add(1, Ordering::Relaxed);
-                script.prepare_invoke().load_async(&mut con).await.map_err(|e| call_error(what, e))?;
-                loaded.push(script.get_hash());
-            }
-        }
         pending = lost;
+        sending = again;
         attempt += 1;
     }
     Ok(replies.into_iter().map(|r| r.expect("every command was answered")).collect())

@@ -4,13 +4,14 @@
 
 use std::sync::{Arc, PoisonError};
 
-use super::keys::aux_member;
+use super::keys::{aux_member, aux_shard};
 use super::scripts::{self, answered, expect_ok, run, status, Batch, Reply};
 use super::{at_least, inflight, missing, one, Described, RedisMessageStore, COMMITTED_REDIS_TTL_MILLIS};
 use crate::codec::{encode_commit, encode_intent, encode_record};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::MessageId;
 use crate::message::{Commit, CommitIntent, CommitKey, CommitState, Publication};
+use crate::redis::index_shard::IndexShard;
 use crate::rules::{conflict, expect_message, expect_state, not_found};
 
 impl RedisMessageStore {
@@ -160,7 +161,7 @@ impl RedisMessageStore {
         let mut batch = Batch::default();
         self.cas(&mut batch, key, &read, &outboxed, 0);
         self.cas(&mut batch, key, &encode_commit(&outboxed), &committed, COMMITTED_REDIS_TTL_MILLIS);
-        batch.command("ZADD").arg(self.keys.commit_gc()).arg(now.0).arg(&member);
+        batch.command("ZADD").arg(self.keys.commit_gc(aux_shard(&member))).arg(now.0).arg(&member);
         self.unlist_settled(&mut batch);
         let mut replies = run(&self.con, "publishing and committing a commit", batch).await?.into_iter();
         let (Some(to_outboxed), Some(to_committed), Some(listed)) = (replies.next(), replies.next(), replies.next())
@@ -211,7 +212,7 @@ impl RedisMessageStore {
         let member = aux_member(key, next.intent.created_at);
         let mut batch = Batch::default();
         self.cas(&mut batch, key, &read, &next, COMMITTED_REDIS_TTL_MILLIS);
-        batch.command("ZADD").arg(self.keys.commit_gc()).arg(now.0).arg(&member);
+        batch.command("ZADD").arg(self.keys.commit_gc(aux_shard(&member))).arg(now.0).arg(&member);
         self.unlist_settled(&mut batch);
         let [cas, listed, ..] = at_least(run(&self.con, "committing a commit", batch).await?)?;
         self.cas_outcome(key, cas)?;
@@ -227,8 +228,16 @@ impl RedisMessageStore {
     /// the recovery scan skips COMMITTED commits and the auxiliary GC removes them.
     pub(super) fn unlist_settled(&self, batch: &mut Batch) {
         let settled = std::mem::take(&mut *self.settled.lock().unwrap_or_else(PoisonError::into_inner));
-        if !settled.is_empty() {
-            batch.command("ZREM").arg(self.keys.recovery()).arg(settled);
+        let mut by_shard: Vec<(IndexShard, Vec<String>)> = Vec::new();
+        for member in settled {
+            let shard = aux_shard(&member);
+            match by_shard.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, members)) => members.push(member),
+                None => by_shard.push((shard, vec![member])),
+            }
+        }
+        for (shard, members) in by_shard {
+            batch.command("ZREM").arg(self.keys.recovery(shard)).arg(members);
         }
     }
 

@@ -17,7 +17,7 @@ pub struct Cpu {
 
 impl Cpu {
     /// The counters now.
-    pub async fn now(conn: &mut redis::aio::ConnectionManager, kafka_pid: Option<u32>) -> anyhow::Result<Self> {
+    pub async fn now(conn: &mut qim_store::redis::RedisConnection, kafka_pid: Option<u32>) -> anyhow::Result<Self> {
         Ok(Self {
             process: cpu::own_seconds(),
             redis: super::redis::redis_cpu(conn).await?,

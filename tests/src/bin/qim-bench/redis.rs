@@ -78,7 +78,7 @@ async fn store_path(
 
 /// The raw primitive: pipelined `EVALSHA`s of [`RAW_SCRIPT`] (a commit's writes in one call).
 pub async fn raw_path(
-    conn: redis::aio::ConnectionManager,
+    conn: qim_store::redis::RedisConnection,
     args: &Args,
     namespace: &str,
 ) -> anyhow::Result<Measurement> {
@@ -172,7 +172,7 @@ struct Cost {
 }
 
 /// CPU seconds the Redis server has used (`used_cpu_user` + `used_cpu_sys`).
-pub async fn redis_cpu(conn: &mut redis::aio::ConnectionManager) -> anyhow::Result<f64> {
+pub async fn redis_cpu(conn: &mut qim_store::redis::RedisConnection) -> anyhow::Result<f64> {
     let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
     Ok(info
         .lines()
@@ -183,7 +183,7 @@ pub async fn redis_cpu(conn: &mut redis::aio::ConnectionManager) -> anyhow::Resu
 
 /// Runs `path`, measuring what it cost.
 async fn costed<F: std::future::Future<Output = anyhow::Result<Measurement>>>(
-    conn: &mut redis::aio::ConnectionManager,
+    conn: &mut qim_store::redis::RedisConnection,
     store: &RedisMessageStore,
     path: F,
 ) -> anyhow::Result<(Measurement, Cost)> {

@@ -95,7 +95,7 @@ pub enum AfterDelivery {
 /// `after`); at `--concurrency`.
 pub async fn raw_loop(
     args: &Args,
-    conn: &redis::aio::ConnectionManager,
+    conn: &qim_store::redis::RedisConnection,
     producer: &FutureProducer,
     topic: &str,
     namespace: &str,
