@@ -18,6 +18,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod ports;
 pub mod redis;
+pub mod redis_cluster;
 pub mod scylla;
 pub mod stack;
 pub mod tokens;

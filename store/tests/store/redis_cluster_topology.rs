@@ -1,6 +1,7 @@
 //! The Redis Cluster beyond the contract suites: a URL of the wrong topology fails at once
-//! with one line naming the setting, the global indexes spread over the masters, and scripts
-//! a node lost come back by `EVAL` on that node alone.
+//! with one line naming the setting, the global indexes spread over the masters, scripts a node
+//! lost come back by `EVAL` on that node alone, and a failover that lost writes reissues no seq
+//! (on a private cluster).
 //!
 //! Needs the local stack's Redis and its Redis Cluster (`deploy/local/stack up` and
 //! `deploy/local/stack cluster up`; `QIM_TEST_REDIS_URL`, `QIM_TEST_REDIS_CLUSTER_URL`).
@@ -14,6 +15,8 @@ use qim_store::retention::RetentionPolicy;
 use qim_store::testsuite::fixtures::{clock, fresh_conversation, fresh_tenant, request, user};
 use qim_store::testsuite::message::commit_fully;
 use qim_store::ErrorKind;
+
+use qim_testkit::redis_cluster::PrivateCluster;
 
 use crate::shared_redis::{self, cluster_url, unique_namespace, Cleanup};
 
@@ -99,4 +102,58 @@ async fn scripts_lost_on_every_master_come_back_by_eval() {
     }
     let after = commit_fully(&store, &request(t, user(1), "after", conv, b"x")).await;
     assert_eq!(after.intent.seq.0, 2, "the next seq, through reloaded scripts");
+}
+
+/// Commits `id` on `store`, retrying while the cluster is still electing a new master (the
+/// store answers `Unavailable` then); fails the test after a minute.
+async fn commit_through_failover(store: &RedisMessageStore, req: &qim_store::message::CommitRequest) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match store.reserve(req, qim_store::testsuite::fixtures::fresh_message_id()).await {
+            Ok(_) => return commit_fully(store, req).await.intent.seq.0,
+            Err(e) if e.kind() == ErrorKind::Unavailable && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("reserving after the failover: {e}"),
+        }
+    }
+}
+
+/// Seq safety per node: the master of a conversation fails over to a replica that missed its
+/// last acknowledged writes (the replica stopped, the master killed, the replica promoted). The
+/// conversation's next send revalidates against the durable high-water mark and gets a seq above
+/// every seq issued before, never one of the writes the new master lost; a conversation on
+/// another master keeps its seqs in order throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_to_a_replica_that_missed_writes_reissues_no_seq() {
+    let mut cluster = PrivateCluster::start().expect("a private redis cluster");
+    let config = RedisConfig { url: cluster.url(), namespace: unique_namespace() };
+    let store = RedisMessageStore::open(&config, RetentionPolicy::default(), clock())
+        .await
+        .expect("the cluster answers")
+        .with_seq_leases(SeqLeases::new(Arc::new(MemorySeqHighWater::default())));
+    let t = fresh_tenant();
+    let (conv, mut other) = (fresh_conversation(), fresh_conversation());
+    let master = cluster.master_of(&store.seq_key(t, conv)).expect("the conversation's master");
+    while cluster.master_of(&store.seq_key(t, other)).expect("a master") == master {
+        other = fresh_conversation();
+    }
+    for i in 1..=3 {
+        commit_fully(&store, &request(t, user(1), &format!("a{i}"), conv, b"x")).await;
+        commit_fully(&store, &request(t, user(1), &format!("o{i}"), other, b"x")).await;
+    }
+    let replica = cluster.replica_of(master).expect("the master's replica");
+    cluster.pause(replica);
+    let mut lost = Vec::new();
+    for i in 4..=6 {
+        lost.push(commit_fully(&store, &request(t, user(1), &format!("a{i}"), conv, b"x")).await.intent.seq.0);
+    }
+    assert_eq!(lost, vec![4, 5, 6], "acknowledged while the replica was stopped");
+    cluster.kill(master);
+    cluster.resume(replica);
+    let took = cluster.wait_ok(std::time::Duration::from_secs(60)).expect("the replica takes over");
+    let next = commit_through_failover(&store, &request(t, user(1), "after", conv, b"x")).await;
+    assert!(next > 6, "seq {next} after a failover that lost seqs 4..=6 (promoted in {took:?})");
+    let elsewhere = commit_through_failover(&store, &request(t, user(1), "o4", other, b"x")).await;
+    assert_eq!(elsewhere, 4, "the other master's conversation keeps its order");
 }

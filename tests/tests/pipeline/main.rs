@@ -6,6 +6,7 @@
 mod checker;
 mod compose_config;
 mod readme_config;
+mod redis_cluster;
 mod redis_loss;
 mod replay_rebuild;
 mod services_harness;

@@ -1,0 +1,285 @@
+//! A throwaway Redis Cluster per test (three masters, three replicas, AOF on), for tests that
+//! kill a master or move slots and so must not touch the local stack's cluster, which every
+//! other test shares. Each node is a `redis-server` child on a port of [`crate::ports`] with
+//! its cluster bus on another (`cluster-port`), in a temporary directory removed on drop.
+//! Everything goes through `redis-cli`, as an operator would: `--cluster create`,
+//! `--cluster reshard`, `CLUSTER NODES`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::ports::free_port;
+
+/// How long a failed master goes unanswered before its replica takes over (ms).
+const NODE_TIMEOUT_MS: &str = "2000";
+
+struct Node {
+    port: u16,
+    child: Option<Child>,
+}
+
+/// A private Redis Cluster; every node is killed and its directory removed on drop.
+pub struct PrivateCluster {
+    nodes: Vec<Node>,
+    dir: PathBuf,
+}
+
+/// One line of `CLUSTER NODES`: a node's id, port, whether it is a master, and whether the
+/// cluster marks it failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    pub failed: bool,
+    /// Slot ranges it serves (masters), as `CLUSTER NODES` lists them.
+    pub slots: Vec<String>,
+}
+
+impl PrivateCluster {
+    /// Starts six nodes and joins them (`redis-cli --cluster create --cluster-replicas 1`); ready
+    /// when every node reports `cluster_state:ok`.
+    ///
+    /// # Errors
+    ///
+    /// `redis-server` or `redis-cli` is missing (the local stack installs them:
+    /// `deploy/local/stack up`), a node does not start, or the cluster does not form in 60 s.
+    pub fn start() -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("qim-private-cluster-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut cluster = Self { nodes: Vec::new(), dir };
+        for _ in 0..6 {
+            let (port, bus) = (free_port(), free_port());
+            let node_dir = cluster.dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir)?;
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--cluster-port", &bus.to_string(), "--bind", "127.0.0.1"])
+                .args(["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-node-timeout", NODE_TIMEOUT_MS, "--appendonly", "yes", "--appendfsync", "everysec"])
+                .args(["--save", ""])
+                .arg("--dir")
+                .arg(&node_dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting redis-server (deploy/local/stack up installs it)")?;
+            cluster.nodes.push(Node { port, child: Some(child) });
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for node in &cluster.nodes {
+            while cli(node.port, &["PING"]).map(|o| o.trim().to_owned()).ok().as_deref() != Some("PONG") {
+                if Instant::now() > deadline {
+                    bail!("redis node {} does not answer PING", node.port);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let addresses: Vec<String> = cluster.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .context("running redis-cli --cluster create")?;
+        if !out.status.success() {
+            bail!("redis-cli --cluster create: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        cluster.wait_ok(Duration::from_secs(60))?;
+        Ok(cluster)
+    }
+
+    /// `redis+cluster://` naming the first three nodes (the masters of a fresh cluster).
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes.iter().take(3).map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The cluster as a live node sees it (`CLUSTER NODES`).
+    ///
+    /// # Errors
+    ///
+    /// No node answers.
+    pub fn view(&self) -> anyhow::Result<Vec<NodeView>> {
+        let live = self.nodes.iter().find(|n| n.child.is_some()).context("no node runs")?;
+        let text = cli(live.port, &["CLUSTER", "NODES"])?;
+        Ok(text.lines().filter_map(parse_node_line).collect())
+    }
+
+    /// The ports of the masters that serve slots and are not marked failed.
+    ///
+    /// # Errors
+    ///
+    /// No node answers.
+    pub fn masters(&self) -> anyhow::Result<Vec<u16>> {
+        Ok(self.view()?.into_iter().filter(|n| n.master && !n.failed && !n.slots.is_empty()).map(|n| n.port).collect())
+    }
+
+    /// SIGKILL of the node on `port`, as a crash (its replica takes over after the node timeout).
+    pub fn kill(&mut self, port: u16) {
+        if let Some(node) = self.nodes.iter_mut().find(|n| n.port == port) {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// The port of the serving master that holds `key`'s slot (`CLUSTER KEYSLOT`).
+    ///
+    /// # Errors
+    ///
+    /// No node answers, or no serving master lists the slot.
+    pub fn master_of(&self, key: &str) -> anyhow::Result<u16> {
+        let live = self.nodes.iter().find(|n| n.child.is_some()).context("no node runs")?;
+        let slot: u16 = cli(live.port, &["CLUSTER", "KEYSLOT", key])?.trim().parse().context("a slot number")?;
+        let serves = |range: &str| match range.split_once('-') {
+            Some((a, b)) => a.parse::<u16>().is_ok_and(|a| a <= slot) && b.parse::<u16>().is_ok_and(|b| slot <= b),
+            None => range.parse::<u16>().is_ok_and(|s| s == slot),
+        };
+        self.view()?
+            .into_iter()
+            .find(|n| n.master && !n.failed && n.slots.iter().any(|r| serves(r)))
+            .map(|n| n.port)
+            .context("no master serves the slot")
+    }
+
+    /// The port of a replica of the master on `master`.
+    ///
+    /// # Errors
+    ///
+    /// No node answers, or the master has no replica.
+    pub fn replica_of(&self, master: u16) -> anyhow::Result<u16> {
+        let live = self.nodes.iter().find(|n| n.child.is_some()).context("no node runs")?;
+        let text = cli(live.port, &["CLUSTER", "NODES"])?;
+        let id = self.view()?.into_iter().find(|n| n.port == master).context("no such node")?.id;
+        text.lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                (fields.get(3) == Some(&id.as_str())).then(|| parse_node_line(line).map(|n| n.port)).flatten()
+            })
+            .next()
+            .context("the master has no replica")
+    }
+
+    /// Stops the node on `port` (SIGSTOP): it neither answers nor replicates until
+    /// [`PrivateCluster::resume`].
+    pub fn pause(&self, port: u16) {
+        self.signal(port, "-STOP");
+    }
+
+    /// Lets a paused node run again (SIGCONT).
+    pub fn resume(&self, port: u16) {
+        self.signal(port, "-CONT");
+    }
+
+    fn signal(&self, port: u16, signal: &str) {
+        if let Some(child) = self.nodes.iter().find(|n| n.port == port).and_then(|n| n.child.as_ref()) {
+            let _ = Command::new("kill").args([signal, &child.id().to_string()]).status();
+        }
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` and every slot is served by a
+    /// master not marked failed; returns how long that took.
+    ///
+    /// # Errors
+    ///
+    /// Not within `limit`.
+    pub fn wait_ok(&self, limit: Duration) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        loop {
+            let states_ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
+                cli(n.port, &["CLUSTER", "INFO"]).is_ok_and(|info| info.lines().any(|l| l.trim() == "cluster_state:ok"))
+            });
+            let served = self.masters().is_ok_and(|m| m.len() == 3);
+            if states_ok && served {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > limit {
+                bail!("the cluster is not ok after {limit:?}: {:?}", self.view());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Moves `slots` slots from the master on `from` to the master on `to`
+    /// (`redis-cli --cluster reshard`), key by key while clients keep running.
+    ///
+    /// # Errors
+    ///
+    /// Either port is not a serving master, or `redis-cli` failed.
+    pub fn reshard(&self, from: u16, to: u16, slots: u32) -> anyhow::Result<()> {
+        let view = self.view()?;
+        let id = |port: u16| {
+            view.iter().find(|n| n.port == port && n.master).map(|n| n.id.clone()).context("not a master")
+        };
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("reshard")
+            .arg(format!("127.0.0.1:{from}"))
+            .args(["--cluster-from", &id(from)?, "--cluster-to", &id(to)?])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes", "--cluster-pipeline", "100"])
+            .stdin(Stdio::null())
+            .output()
+            .context("running redis-cli --cluster reshard")?;
+        if !out.status.success() {
+            bail!("redis-cli --cluster reshard: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `redis-cli -p <port> <args>`: its output, or the failure.
+fn cli(port: u16, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("redis-cli").args(["-p", &port.to_string()]).args(args).stdin(Stdio::null()).output()?;
+    if !out.status.success() {
+        bail!("redis-cli -p {port} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slot> ...`
+fn parse_node_line(line: &str) -> Option<NodeView> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let port = fields.get(1)?.split('@').next()?.rsplit(':').next()?.parse().ok()?;
+    let flags = fields.get(2)?;
+    Some(NodeView {
+        id: (*fields.first()?).to_owned(),
+        port,
+        master: flags.split(',').any(|f| f == "master"),
+        failed: flags.split(',').any(|f| f == "fail" || f == "fail?"),
+        slots: fields.iter().skip(8).map(|s| (*s).to_owned()).collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_lines_parse() {
+        let line = "07c3 127.0.0.1:30004@31004 myself,master - 0 1426238316232 1 connected 0-5460 6000";
+        let view = parse_node_line(line).unwrap();
+        assert_eq!((view.port, view.master, view.failed), (30004, true, false));
+        assert_eq!(view.slots, vec!["0-5460", "6000"]);
+        let failed = parse_node_line("a 127.0.0.1:7000@17000 master,fail - 0 0 2 disconnected").unwrap();
+        assert!(failed.failed && failed.slots.is_empty());
+    }
+}
