@@ -60,7 +60,9 @@ impl InternalEvent for StoreStepFailed<'_> {
         let kind = error.kind();
         counter!(RETRIES, "step" => step, "kind" => kind.as_str()).increment(1);
         if kind.is_retryable() {
-            tracing::warn!(step, %error, "store step failed, retrying");
+            // The backend's own error (a timeout, a refused connection, a redirect) says why.
+            let cause = std::error::Error::source(error).map(ToString::to_string).unwrap_or_default();
+            tracing::warn!(step, %error, cause, "store step failed, retrying");
         } else {
             tracing::error!(step, %error, "store step refused, retrying until fixed (failing closed)");
         }

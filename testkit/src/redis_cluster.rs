@@ -51,8 +51,15 @@ impl PrivateCluster {
         let dir = std::env::temp_dir().join(format!("qim-private-cluster-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut cluster = Self { nodes: Vec::new(), dir };
-        for _ in 0..6 {
-            let (port, bus) = (free_port(), free_port());
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < 12 {
+            let port = free_port();
+            if !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        for pair in ports.chunks(2) {
+            let (port, bus) = (pair[0], pair[1]);
             let node_dir = cluster.dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir)?;
             let child = Command::new("redis-server")
@@ -62,6 +69,8 @@ impl PrivateCluster {
                 .args(["--save", ""])
                 .arg("--dir")
                 .arg(&node_dir)
+                .arg("--logfile")
+                .arg(node_dir.join("redis.log"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -70,10 +79,16 @@ impl PrivateCluster {
             cluster.nodes.push(Node { port, child: Some(child) });
         }
         let deadline = Instant::now() + Duration::from_secs(60);
-        for node in &cluster.nodes {
+        for node in &mut cluster.nodes {
             while cli(node.port, &["PING"]).map(|o| o.trim().to_owned()).ok().as_deref() != Some("PONG") {
-                if Instant::now() > deadline {
-                    bail!("redis node {} does not answer PING", node.port);
+                let exited = node.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                if exited.is_some() || Instant::now() > deadline {
+                    let log = std::fs::read_to_string(cluster.dir.join(node.port.to_string()).join("redis.log"));
+                    bail!(
+                        "redis node {} does not answer PING ({exited:?}); its log: {}",
+                        node.port,
+                        log.unwrap_or_default()
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -91,7 +106,22 @@ impl PrivateCluster {
             bail!("redis-cli --cluster create: {}", String::from_utf8_lossy(&out.stdout));
         }
         cluster.wait_ok(Duration::from_secs(60))?;
-        Ok(cluster)
+        // A replica that never finished its first sync refuses to take over ("disconnected from
+        // master for longer than allowed"): wait until every replica's link is up, and every
+        // node knows the three replicas (their roles spread by gossip).
+        loop {
+            let replicas: Vec<u16> = cluster.view()?.iter().filter(|n| !n.master).map(|n| n.port).collect();
+            let linked = replicas.iter().all(|&p| {
+                cli(p, &["INFO", "replication"]).is_ok_and(|i| i.lines().any(|l| l.trim() == "master_link_status:up"))
+            });
+            if replicas.len() == 3 && linked {
+                return Ok(cluster);
+            }
+            if Instant::now() > deadline {
+                bail!("the replicas did not sync with their masters: {:?}", cluster.view());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// `redis+cluster://` naming the first three nodes (the masters of a fresh cluster).
@@ -173,6 +203,16 @@ impl PrivateCluster {
         self.signal(port, "-STOP");
     }
 
+    /// Closes the master's links to its replicas (`CLIENT KILL TYPE replica`): with its replica
+    /// paused, the writes that follow reach no replica until it resyncs.
+    ///
+    /// # Errors
+    ///
+    /// The master does not answer.
+    pub fn cut_replication(&self, master: u16) -> anyhow::Result<()> {
+        cli(master, &["CLIENT", "KILL", "TYPE", "replica"]).map(drop)
+    }
+
     /// Lets a paused node run again (SIGCONT).
     pub fn resume(&self, port: u16) {
         self.signal(port, "-CONT");
@@ -185,7 +225,7 @@ impl PrivateCluster {
     }
 
     /// Waits until every running node reports `cluster_state:ok` and every slot is served by a
-    /// master not marked failed; returns how long that took.
+    /// running master; returns how long that took.
     ///
     /// # Errors
     ///
@@ -196,7 +236,10 @@ impl PrivateCluster {
             let states_ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
                 cli(n.port, &["CLUSTER", "INFO"]).is_ok_and(|info| info.lines().any(|l| l.trim() == "cluster_state:ok"))
             });
-            let served = self.masters().is_ok_and(|m| m.len() == 3);
+            // Every slot's master is a node that runs (a killed master keeps its slots until
+            // its replica is elected).
+            let running = |port: &u16| self.nodes.iter().any(|n| n.port == *port && n.child.is_some());
+            let served = self.masters().is_ok_and(|m| m.len() == 3 && m.iter().all(running));
             if states_ok && served {
                 return Ok(started.elapsed());
             }
@@ -215,9 +258,8 @@ impl PrivateCluster {
     /// Either port is not a serving master, or `redis-cli` failed.
     pub fn reshard(&self, from: u16, to: u16, slots: u32) -> anyhow::Result<()> {
         let view = self.view()?;
-        let id = |port: u16| {
-            view.iter().find(|n| n.port == port && n.master).map(|n| n.id.clone()).context("not a master")
-        };
+        let id =
+            |port: u16| view.iter().find(|n| n.port == port && n.master).map(|n| n.id.clone()).context("not a master");
         let out = Command::new("redis-cli")
             .arg("--cluster")
             .arg("reshard")

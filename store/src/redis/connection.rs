@@ -8,23 +8,21 @@
 //! whose commands span slots, so [`RedisConnection::split_by_slot`] is how the store's batches
 //! are grouped before they are sent.
 //!
-//! Scripts: an `EVALSHA` answered `NOSCRIPT` (the node restarted, failed over to a replica
-//! that never ran the script, or was flushed) is sent again at once as `EVAL` of the script's
-//! source, to the same node by the same keys; the node caches it from then on. A `SCRIPT LOAD`
-//! (what redis-rs does) goes to every node of a cluster and fails while a dead master is still
-//! in the slot map. The sources are those the store registered ([`remember_script`]).
+//! Scripts: an `EVALSHA` answered `NOSCRIPT` is sent again at once as `EVAL` of the script's
+//! source ([`super::script_sources`]), to the same node by the same keys.
 
-use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, RwLock};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Arg, Cmd, Pipeline, RedisFuture, ServerErrorKind, Value};
+use redis::{Arg, Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::StoreError;
 
+use super::script_sources::{eval_of, is_noscript};
 use super::{CONNECTION_TIMEOUT, RESPONSE_TIMEOUT};
 
 /// The URL scheme of a cluster: `redis+cluster://host:port,host:port,...` (the seed nodes; any
@@ -37,40 +35,6 @@ pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 /// election after a master died (a few seconds with `cluster-node-timeout` 2 s).
 const CLUSTER_RETRIES: u32 = 10;
 const CLUSTER_MAX_RETRY_WAIT: Duration = Duration::from_millis(1_000);
-
-/// Script sources by SHA-1, for [`eval_of`].
-static SOURCES: LazyLock<RwLock<HashMap<String, Arc<str>>>> = LazyLock::new(Default::default);
-
-/// Remembers `source` as the script whose SHA-1 is `sha`.
-pub(crate) fn remember_script(sha: &str, source: &str) {
-    let mut sources = SOURCES.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-    sources.entry(sha.to_owned()).or_insert_with(|| Arc::from(source));
-}
-
-/// `EVAL` of the source of the script an `EVALSHA` command names, with the same keys and
-/// arguments; `None` for any other command or a script the store did not register.
-pub(crate) fn eval_of(cmd: &Cmd) -> Option<Cmd> {
-    let mut args = cmd.args_iter().map(|a| match a {
-        Arg::Simple(bytes) => Some(bytes),
-        _ => None,
-    });
-    let name = args.next()??;
-    if !name.eq_ignore_ascii_case(b"EVALSHA") {
-        return None;
-    }
-    let sha = std::str::from_utf8(args.next()??).ok()?;
-    let source = SOURCES.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(sha).cloned()?;
-    let mut eval = redis::cmd("EVAL");
-    eval.arg(source.as_bytes());
-    for arg in args {
-        eval.arg(arg?);
-    }
-    Some(eval)
-}
-
-fn is_noscript(result: &redis::RedisResult<Value>) -> bool {
-    matches!(result, Err(e) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript))
-}
 
 /// Which Redis a URL names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,7 +90,50 @@ pub enum RedisConnection {
     /// One server ([`Topology::Single`]).
     Single(ConnectionManager),
     /// A Redis Cluster ([`Topology::Cluster`]); commands go to their slot's master.
-    Cluster(ClusterConnection),
+    Cluster(Arc<ClusterLink>),
+}
+
+/// How long after one rebuild of a cluster connection the next may start.
+const REBUILD_SPACING: Duration = Duration::from_secs(2);
+
+/// The cluster client's connection, replaced by a fresh one from the seed nodes when requests
+/// time out. redis-rs 1.8's cluster connection can stay in a slot refresh that never completes
+/// after a master dies under load (seen here: every request of a busy dispatcher timed out for
+/// minutes after a failover the cluster finished in 4 s, while another process's connection
+/// recovered at once); a new connection reads the slot map afresh.
+pub struct ClusterLink {
+    client: ClusterClient,
+    current: RwLock<ClusterConnection>,
+    rebuilding: AtomicBool,
+    last_rebuild: Mutex<Instant>,
+}
+
+impl ClusterLink {
+    fn connection(&self) -> ClusterConnection {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// After a request timed out: connects anew in the background (at most one rebuild at a
+    /// time, [`REBUILD_SPACING`] apart) and swaps the new connection in; requests in flight
+    /// keep the old one.
+    fn rebuild_soon(self: &Arc<Self>) {
+        let due = self.last_rebuild.lock().unwrap_or_else(PoisonError::into_inner).elapsed() >= REBUILD_SPACING;
+        if !due || self.rebuilding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let link = Arc::clone(self);
+        tokio::spawn(async move {
+            match link.client.get_async_connection().await {
+                Ok(fresh) => {
+                    *link.current.write().unwrap_or_else(PoisonError::into_inner) = fresh;
+                    tracing::warn!("redis cluster connection rebuilt after a request timed out");
+                }
+                Err(error) => tracing::warn!(%error, "rebuilding the redis cluster connection failed"),
+            }
+            *link.last_rebuild.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+            link.rebuilding.store(false, Ordering::Release);
+        });
+    }
 }
 
 impl RedisConnection {
@@ -153,7 +160,15 @@ impl RedisConnection {
                     .max_retry_wait(CLUSTER_MAX_RETRY_WAIT.as_millis() as u64)
                     .build()
                     .map_err(|e| StoreError::InvalidInput(format!("redis cluster url {url:?}: {e}")))?;
-                client.get_async_connection().await.map(RedisConnection::Cluster).map_err(|e| {
+                let connected = client.get_async_connection().await.map(|connection| {
+                    RedisConnection::Cluster(Arc::new(ClusterLink {
+                        client: client.clone(),
+                        current: RwLock::new(connection),
+                        rebuilding: AtomicBool::new(false),
+                        last_rebuild: Mutex::new(Instant::now()),
+                    }))
+                });
+                connected.map_err(|e| {
                     if e.to_string().contains("cluster support disabled") {
                         StoreError::InvalidInput(format!(
                             "the Redis URL {url:?} names a cluster, but its seed nodes are single servers \
@@ -163,6 +178,20 @@ impl RedisConnection {
                         StoreError::unavailable(format!("connecting to the redis cluster at {}", seeds.join(",")), e)
                     }
                 })
+            }
+        }
+    }
+
+    /// One command, as given.
+    async fn send(&mut self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        match self {
+            RedisConnection::Single(c) => c.req_packed_command(cmd).await,
+            RedisConnection::Cluster(link) => {
+                let result = link.connection().req_packed_command(cmd).await;
+                if result.as_ref().is_err_and(redis::RedisError::is_timeout) {
+                    link.rebuild_soon();
+                }
+                result
             }
         }
     }
@@ -301,15 +330,9 @@ pub(crate) async fn query_by_slot<T: redis::FromRedisValue>(
 impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let result = match self {
-                RedisConnection::Single(c) => c.req_packed_command(cmd).await,
-                RedisConnection::Cluster(c) => c.req_packed_command(cmd).await,
-            };
+            let result = self.send(cmd).await;
             match eval_of(cmd) {
-                Some(eval) if is_noscript(&result) => match self {
-                    RedisConnection::Single(c) => c.req_packed_command(&eval).await,
-                    RedisConnection::Cluster(c) => c.req_packed_command(&eval).await,
-                },
+                Some(eval) if is_noscript(&result) => self.send(&eval).await,
                 _ => result,
             }
         })
@@ -323,14 +346,20 @@ impl ConnectionLike for RedisConnection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             RedisConnection::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            RedisConnection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            RedisConnection::Cluster(link) => Box::pin(async move {
+                let result = link.connection().req_packed_commands(pipeline, offset, count).await;
+                if result.as_ref().is_err_and(redis::RedisError::is_timeout) {
+                    link.rebuild_soon();
+                }
+                result
+            }),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             RedisConnection::Single(c) => c.get_db(),
-            RedisConnection::Cluster(c) => c.get_db(),
+            RedisConnection::Cluster(_) => 0,
         }
     }
 }
@@ -358,27 +387,6 @@ mod tests {
             Ok(Topology::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()]))
         );
         assert!(Topology::parse("redis+cluster://127.0.0.1:7301").unwrap().is_cluster());
-    }
-
-    #[test]
-    fn a_lost_script_is_sent_as_eval_of_its_source() {
-        let script = crate::redis::script("return {KEYS[1], ARGV[1]}");
-        let mut evalsha = redis::cmd("EVALSHA");
-        evalsha.arg(script.get_hash()).arg(1).arg("{c}:k").arg("v");
-        let eval = eval_of(&evalsha).expect("a registered script");
-        let args: Vec<Vec<u8>> = eval
-            .args_iter()
-            .map(|a| match a {
-                Arg::Simple(b) => b.to_vec(),
-                _ => unreachable!("no cursor in a script call"),
-            })
-            .collect();
-        let want: Vec<&[u8]> = vec![b"EVAL", b"return {KEYS[1], ARGV[1]}", b"1", b"{c}:k", b"v"];
-        assert_eq!(args, want);
-        let mut unknown = redis::cmd("EVALSHA");
-        unknown.arg("0000000000000000000000000000000000000000").arg(0);
-        assert!(eval_of(&unknown).is_none());
-        assert!(eval_of(redis::cmd("GET").arg("k")).is_none());
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod mailbox;
 pub mod membership;
 pub mod membership_cache;
 pub mod message;
+mod script_sources;
 
 pub use archive_gaps::ArchiveGaps;
 pub use connection::{RedisConnection, Topology};
@@ -69,10 +70,11 @@ pub(crate) fn serving_script(body: &str) -> Script {
 /// A script of the store: `Script::new`, with its source remembered by its hash so that a
 /// server which lost it (a restart, a failover, `SCRIPT FLUSH`) is sent `EVAL` of the source in
 /// place of the failed `EVALSHA`, on the same node ([`connection`]), never a `SCRIPT LOAD` to
-/// every node (which a cluster refuses while a dead master is still in its slot map).
+/// every node (which a cluster refuses while a dead master is still in its slot map;
+/// [`script_sources`]).
 pub(crate) fn script(source: &str) -> Script {
     let script = Script::new(source);
-    connection::remember_script(script.get_hash(), source);
+    script_sources::remember_script(script.get_hash(), source);
     script
 }
 

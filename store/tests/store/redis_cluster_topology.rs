@@ -14,7 +14,7 @@ use qim_store::redis::{RedisConfig, RedisMessageStore, SeqLeases};
 use qim_store::retention::RetentionPolicy;
 use qim_store::testsuite::fixtures::{clock, fresh_conversation, fresh_tenant, request, user};
 use qim_store::testsuite::message::commit_fully;
-use qim_store::ErrorKind;
+use qim_store::{ErrorKind, MessageStore};
 
 use qim_testkit::redis_cluster::PrivateCluster;
 
@@ -144,6 +144,7 @@ async fn a_failover_to_a_replica_that_missed_writes_reissues_no_seq() {
     }
     let replica = cluster.replica_of(master).expect("the master's replica");
     cluster.pause(replica);
+    cluster.cut_replication(master).expect("the master drops its replica's link");
     let mut lost = Vec::new();
     for i in 4..=6 {
         lost.push(commit_fully(&store, &request(t, user(1), &format!("a{i}"), conv, b"x")).await.intent.seq.0);
@@ -152,6 +153,9 @@ async fn a_failover_to_a_replica_that_missed_writes_reissues_no_seq() {
     cluster.kill(master);
     cluster.resume(replica);
     let took = cluster.wait_ok(std::time::Duration::from_secs(60)).expect("the replica takes over");
+    let mut con = qim_store::redis::RedisConnection::open(&cluster.url()).await.expect("the cluster answers");
+    let counter: Option<u64> = redis::cmd("GET").arg(store.seq_key(t, conv)).query_async(&mut con).await.unwrap();
+    assert_eq!(counter, Some(3), "the new master missed seqs 4..=6");
     let next = commit_through_failover(&store, &request(t, user(1), "after", conv, b"x")).await;
     assert!(next > 6, "seq {next} after a failover that lost seqs 4..=6 (promoted in {took:?})");
     let elsewhere = commit_through_failover(&store, &request(t, user(1), "o4", other, b"x")).await;

@@ -79,6 +79,7 @@ async fn under_load(disruption: Disruption) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let masters = cluster.masters().expect("the masters");
+    let began = Instant::now();
     let what = match disruption {
         Disruption::KillMaster => {
             cluster.kill(masters[0]);
@@ -89,7 +90,8 @@ async fn under_load(disruption: Disruption) {
             format!("1000 slots moved from {} to {}", masters[0], masters[1])
         }
     };
-    let recovered = cluster.wait_ok(Duration::from_secs(60)).expect("every slot served again");
+    cluster.wait_ok(Duration::from_secs(60)).expect("every slot served again");
+    let recovered = began.elapsed();
     let report = load.await.expect("the workload task").expect("every send acknowledged in the end");
     pipeline.converge(&report.acks, Duration::from_secs(120)).await.expect("converges");
     let refused = refused_sends(&pipeline).await;
@@ -98,8 +100,8 @@ async fn under_load(disruption: Disruption) {
     let input = CheckInput::new(env.clone(), &plan, report.acks.clone(), report.retries_mismatched);
     let verdict = checker::check(&input).await.expect("the checker reads everything");
     println!(
-        "redis cluster under load: {what}; messages {}, refused sends retried {refused}, cluster serving every slot \
-         {:.1} s after the disruption",
+        "redis cluster under load: {what}; messages {}, refused sends retried {refused}, every slot served by a live \
+         master {:.1} s after the disruption began",
         report.acks.len(),
         recovered.as_secs_f64()
     );
@@ -114,9 +116,10 @@ async fn committed(pipeline: &Pipeline) -> f64 {
     metrics.map_or(0.0, |m| m.sum("qim_writer_commits_total", &[("outcome", "committed")]))
 }
 
-async fn refused_sends(pipeline: &Pipeline) -> f64 {
+/// Sends the writer refused with 503 (the store unavailable), which the clients retried.
+async fn refused_sends(pipeline: &Pipeline) -> u64 {
     let metrics = pipeline.metrics(ServiceKind::Writer).await.expect("the writer's metrics");
-    metrics.sum("qim_writer_http_requests_total", &[("status", "503")])
+    metrics.sum("qim_writer_http_requests_total", &[("status", "503")]).max(0.0) as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,8 @@ use crate::redis::RedisConnection;
 use redis::{Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::error::{StoreError, StoreResult};
-use crate::redis::connection::{eval_of, pipeline_by_slot};
+use crate::redis::connection::pipeline_by_slot;
+use crate::redis::script_sources::eval_of;
 use crate::redis::serving_script;
 
 /// A script that reads seq leases: `lease_prelude.lua` (their format and parsing) in front of
