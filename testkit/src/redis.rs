@@ -36,9 +36,8 @@ pub async fn wipe_namespace(url: &str, namespace: &str) -> anyhow::Result<usize>
         }
         return Ok(unlinked);
     };
-    let seed = seeds.split(',').next().unwrap_or_default().trim();
     let mut unlinked = 0;
-    for master in cluster_masters(&format!("redis://{seed}")).await? {
+    for master in cluster_masters(&first_seed(seeds)).await? {
         let mut con = connect(&master).await?;
         let keys = scan(&mut con, &pattern).await?;
         for chunk in keys.chunks(UNLINK_MOST) {
@@ -51,6 +50,28 @@ pub async fn wipe_namespace(url: &str, namespace: &str) -> anyhow::Result<usize>
         }
     }
     Ok(unlinked)
+}
+
+/// How many keys matching `pattern` each master of the cluster at `url`
+/// (`redis+cluster://host:port,...`) holds, by the master's `redis://host:port`.
+///
+/// # Errors
+///
+/// `url` is not a cluster URL, or a node does not answer.
+pub async fn keys_per_master(url: &str, pattern: &str) -> anyhow::Result<Vec<(String, usize)>> {
+    let seeds = url.strip_prefix(CLUSTER_SCHEME).with_context(|| format!("{url:?} is not a cluster url"))?;
+    let mut held = Vec::new();
+    for master in cluster_masters(&first_seed(seeds)).await? {
+        let mut con = connect(&master).await?;
+        let keys = scan(&mut con, pattern).await?;
+        held.push((master, keys.len()));
+    }
+    Ok(held)
+}
+
+/// `redis://` of the first seed node of a cluster URL's host list.
+fn first_seed(seeds: &str) -> String {
+    format!("redis://{}", seeds.split(',').next().unwrap_or_default().trim())
 }
 
 /// The `redis://host:port` of every master of the cluster `seed` belongs to (`CLUSTER NODES`).

@@ -6,7 +6,6 @@
 //! Needs the local stack's Redis and its Redis Cluster (`deploy/local/stack up` and
 //! `deploy/local/stack cluster up`; `QIM_TEST_REDIS_URL`, `QIM_TEST_REDIS_CLUSTER_URL`).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use qim_store::memory::MemorySeqHighWater;
@@ -60,28 +59,11 @@ async fn the_global_indexes_spread_over_every_master() {
     for i in 0..64 {
         commit_fully(&store, &request(t, user(i), &format!("m{i}"), fresh_conversation(), b"x")).await;
     }
-    let seed = url.trim_start_matches("redis+cluster://").split(',').next().expect("a seed").to_owned();
-    let masters = qim_testkit::redis::cluster_masters(&format!("redis://{seed}")).await.expect("CLUSTER NODES");
-    assert_eq!(masters.len(), 3, "{masters:?}");
     let namespace = store.recovery_keys()[0].split(":{").next().expect("a namespace").to_owned();
-    let mut holding = BTreeSet::new();
-    for master in &masters {
-        let client = redis::Client::open(master.as_str()).expect("a node url");
-        let mut con = client.get_multiplexed_async_connection().await.expect("a master answers");
-        let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(0)
-            .arg("MATCH")
-            .arg(format!("{namespace}:{{commitgc:*"))
-            .arg("COUNT")
-            .arg(100_000)
-            .query_async(&mut con)
-            .await
-            .expect("SCAN");
-        if !keys.is_empty() {
-            holding.insert(master.clone());
-        }
-    }
-    assert_eq!(holding.len(), masters.len(), "every master holds some of {{commitgc}}: {holding:?}");
+    let pattern = format!("{namespace}:{{commitgc:*");
+    let held = qim_testkit::redis::keys_per_master(&url, &pattern).await.expect("the masters' keys");
+    assert_eq!(held.len(), 3, "{held:?}");
+    assert!(held.iter().all(|(_, keys)| *keys > 0), "every master holds some of {{commitgc}}: {held:?}");
 }
 
 /// Every master loses its scripts (a restart, a failover to a replica that never ran them): the

@@ -31,22 +31,10 @@ async fn the_pipeline_on_a_redis_cluster_passes_the_checker() {
     assert_eq!(verdict.counts.hot, 150, "every record is in the cluster's hot tier");
     assert_eq!(verdict.counts.mailbox_entries, verdict.counts.expected_mailbox_entries);
 
-    let seed = env.redis_url.trim_start_matches("redis+cluster://").split(',').next().expect("a seed").to_owned();
-    let masters = qim_testkit::redis::cluster_masters(&format!("redis://{seed}")).await.expect("CLUSTER NODES");
-    for master in &masters {
-        let client = redis::Client::open(master.as_str()).expect("a node url");
-        let mut con = client.get_multiplexed_async_connection().await.expect("a master answers");
-        let (_, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(0)
-            .arg("MATCH")
-            .arg(format!("{}:*", env.redis_namespace))
-            .arg("COUNT")
-            .arg(1_000_000)
-            .query_async(&mut con)
-            .await
-            .expect("SCAN");
-        assert!(!keys.is_empty(), "master {master} holds some of the run's keys");
-    }
+    let pattern = format!("{}:*", env.redis_namespace);
+    let held = qim_testkit::redis::keys_per_master(&env.redis_url, &pattern).await.expect("the masters' keys");
+    assert_eq!(held.len(), 3, "{held:?}");
+    assert!(held.iter().all(|(_, keys)| *keys > 0), "every master holds some of the run's keys: {held:?}");
     let wiped = qim_testkit::redis::wipe_namespace(&env.redis_url, &env.redis_namespace).await.expect("wiping the run");
     assert!(wiped > 150, "the run's keys were on the cluster: {wiped}");
 }
