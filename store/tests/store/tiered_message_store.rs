@@ -38,8 +38,18 @@ static KEYSPACE: Keyspace = Keyspace::new("tiered_message_store");
 const MINUTE: i64 = 60_000;
 
 async fn hot_store(policy: RetentionPolicy, clock: Arc<ManualClock>, cleanup: &Cleanup) -> RedisMessageStore {
-    let config = RedisConfig { url: redis_url(), namespace: unique_namespace() };
-    cleanup.register(&config.namespace);
+    hot_store_at(redis_url(), policy, clock, cleanup).await
+}
+
+/// [`hot_store`] on the Redis (or cluster) at `url`.
+async fn hot_store_at(
+    url: String,
+    policy: RetentionPolicy,
+    clock: Arc<ManualClock>,
+    cleanup: &Cleanup,
+) -> RedisMessageStore {
+    let config = RedisConfig { url, namespace: unique_namespace() };
+    cleanup.register_at(&config.url, &config.namespace);
     let store = RedisMessageStore::open(&config, policy, clock.clone())
         .await
         .unwrap_or_else(|e| panic!("{}", unreachable(&config.url, &e)));
@@ -58,17 +68,31 @@ async fn archive_store(policy: RetentionPolicy, clock: Arc<ManualClock>) -> Scyl
 }
 
 /// Tiered stores whose hot tier does not own a trim window (the suite's expiry tests then see
-/// the hot tier's own expiry drain, as a plain Redis store does).
-#[derive(Default)]
+/// the hot tier's own expiry drain, as a plain Redis store does), on the shared Redis or on the
+/// cluster.
 struct Tiered {
+    url: String,
     hot: Mutex<Vec<RedisMessageStore>>,
     cleanup: Cleanup,
+}
+
+impl Default for Tiered {
+    fn default() -> Self {
+        Self::on(redis_url())
+    }
+}
+
+impl Tiered {
+    /// Tiered stores whose hot tier is the Redis (or cluster) at `url`.
+    fn on(url: String) -> Self {
+        Self { url, hot: Mutex::default(), cleanup: Cleanup::default() }
+    }
 }
 
 #[async_trait]
 impl MessageHarness for Tiered {
     async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
-        let hot = hot_store(policy, clock.clone(), &self.cleanup).await;
+        let hot = hot_store_at(self.url.clone(), policy, clock.clone(), &self.cleanup).await;
         let archive = archive_store(policy, clock.clone()).await;
         self.hot.lock().unwrap().push(hot.clone());
         Arc::new(TieredMessageStore::from_parts(Arc::new(hot), Arc::new(archive), 7, clock).unwrap())
@@ -95,6 +119,12 @@ impl MessageHarness for Tiered {
 mod contract {
     use super::*;
     qim_store::message_store_contract_suite!(Tiered::default());
+}
+
+/// The same suite with the hot tier on the Redis Cluster.
+mod contract_on_cluster {
+    use super::*;
+    qim_store::message_store_contract_suite!(Tiered::on(shared_redis::cluster_url()));
 }
 
 /// The page a single store holding `all` (live records, ascending) answers.
