@@ -172,7 +172,7 @@ impl RedisConnection {
                     if e.to_string().contains("cluster support disabled") {
                         StoreError::InvalidInput(format!(
                             "the Redis URL {url:?} names a cluster, but its seed nodes are single servers \
-                             (cluster support disabled): give one node as redis://host:port"
+                             (cluster support disabled): give one node as redis://host:port (QIM_REDIS_URL)"
                         ))
                     } else {
                         StoreError::unavailable(format!("connecting to the redis cluster at {}", seeds.join(",")), e)
