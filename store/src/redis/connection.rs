@@ -331,9 +331,13 @@ impl ConnectionLike for RedisConnection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
             let result = self.send(cmd).await;
+            // The `EVAL` (a copy of the script's source) is built only for a lost script.
+            if !is_noscript(&result) {
+                return result;
+            }
             match eval_of(cmd) {
-                Some(eval) if is_noscript(&result) => self.send(&eval).await,
-                _ => result,
+                Some(eval) => self.send(&eval).await,
+                None => result,
             }
         })
     }
