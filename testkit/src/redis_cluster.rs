@@ -203,6 +203,22 @@ impl PrivateCluster {
         self.signal(port, "-STOP");
     }
 
+    /// Waits until a replica of `master` has acknowledged every write the master took so far
+    /// (`WAIT 1`): replication is asynchronous, so a test that stops a replica waits on this
+    /// first to know what the replica holds.
+    ///
+    /// # Errors
+    ///
+    /// The master does not answer, or no replica caught up within `limit`.
+    pub fn wait_replicated(&self, master: u16, limit: Duration) -> anyhow::Result<()> {
+        let millis = limit.as_millis().to_string();
+        let acked = cli(master, &["WAIT", "1", &millis])?;
+        match acked.trim().parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(()),
+            _ => bail!("no replica of {master} acknowledged its writes within {limit:?} (WAIT answered {acked:?})"),
+        }
+    }
+
     /// Closes the master's links to its replicas (`CLIENT KILL TYPE replica`): with its replica
     /// paused, the writes that follow reach no replica until it resyncs.
     ///

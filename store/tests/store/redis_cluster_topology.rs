@@ -125,6 +125,7 @@ async fn a_failover_to_a_replica_that_missed_writes_reissues_no_seq() {
         commit_fully(&store, &request(t, user(1), &format!("o{i}"), other, b"x")).await;
     }
     let replica = cluster.replica_of(master).expect("the master's replica");
+    cluster.wait_replicated(master, std::time::Duration::from_secs(10)).expect("the replica holds seqs 1..=3");
     cluster.pause(replica);
     cluster.cut_replication(master).expect("the master drops its replica's link");
     let mut lost = Vec::new();
