@@ -80,6 +80,26 @@ fn first_seed(seeds: &str) -> String {
 ///
 /// The seed does not answer, or is not a cluster node.
 pub async fn cluster_masters(seed: &str) -> anyhow::Result<Vec<String>> {
+    cluster_nodes(seed, |flags| flags.split(',').any(|f| f == "master")).await
+}
+
+/// Every server of the deployment at `url`, as a `redis://` URL each: the one server of a
+/// `redis://` URL, or every live node (masters and replicas) of a `redis+cluster://` URL's
+/// cluster. What a benchmark reads each server's `INFO` from.
+///
+/// # Errors
+///
+/// A cluster's seed does not answer, or is not a cluster node.
+pub async fn servers(url: &str) -> anyhow::Result<Vec<String>> {
+    match url.strip_prefix(CLUSTER_SCHEME) {
+        Some(seeds) => cluster_nodes(&first_seed(seeds), |_| true).await,
+        None => Ok(vec![url.to_owned()]),
+    }
+}
+
+/// The `redis://host:port` of every node of the cluster `seed` belongs to that is not failed and
+/// whose `CLUSTER NODES` flags `keep` accepts.
+async fn cluster_nodes(seed: &str, keep: impl Fn(&str) -> bool) -> anyhow::Result<Vec<String>> {
     let mut con = connect(seed).await?;
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(&mut con).await?;
     Ok(nodes
@@ -88,9 +108,9 @@ pub async fn cluster_masters(seed: &str) -> anyhow::Result<Vec<String>> {
             let mut fields = line.split_whitespace();
             let address = fields.nth(1)?;
             let flags = fields.next()?;
-            let live_master = flags.split(',').any(|f| f == "master") && !flags.contains("fail");
+            let live = !flags.contains("fail") && keep(flags);
             let host_port = address.split('@').next()?;
-            live_master.then(|| format!("redis://{host_port}"))
+            live.then(|| format!("redis://{host_port}"))
         })
         .collect())
 }

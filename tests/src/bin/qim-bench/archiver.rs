@@ -223,7 +223,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
 
     let config = ArchiverConfig {
         scylla: scylla.clone(),
-        hot_tier: Some(RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() }),
+        hot_tier: Some(RedisConfig { url: args.redis_url(), namespace: namespace.clone() }),
         policy,
         hot_window_days: 7,
         kafka_brokers: brokers.clone(),
@@ -243,7 +243,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     };
     let archiver = drain(config, args.count).await?;
 
-    qim_testkit::redis::wipe_namespace(&args.redis_url, &namespace).await?;
+    qim_testkit::redis::wipe_namespace(&args.redis_url(), &namespace).await?;
     if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", scylla.keyspace), &[]).await {
         eprintln!("warning: could not drop benchmark keyspace {}: {e}", scylla.keyspace);
     }

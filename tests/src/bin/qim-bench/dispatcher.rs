@@ -109,10 +109,9 @@ async fn world(kind: &str, args: &Args) -> anyhow::Result<World> {
     let keyspace = ScyllaConfig { local_dc: dc, ..probe };
     migrate(&session, &keyspace).await.context("migrating the benchmark keyspace")?;
     let backend = match kind {
-        "redis" => Backend::Redis {
-            redis: RedisConfig { url: args.redis_url.clone(), namespace: name.clone() },
-            members: keyspace,
-        },
+        "redis" => {
+            Backend::Redis { redis: RedisConfig { url: args.redis_url(), namespace: name.clone() }, members: keyspace }
+        }
         _ => Backend::Scylla(keyspace),
     };
     Ok(World { kafka, backend })

@@ -3,9 +3,9 @@
 //! not absolute numbers).
 //!
 //! ```text
-//! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C]
+//! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C] [--cluster]
 //! cargo run --release -p qim-tests --bin qim-bench -- scylla [--count N] [--concurrency C]
-//! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C]
+//! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C] [--cluster]
 //! cargo run --release -p qim-tests --bin qim-bench -- archiver [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- dispatcher [--backend redis|scylla|both] [--members M]
 //! cargo run --release -p qim-tests --bin qim-bench -- restart --count 1000000 [--conversations N] [--tail N]
@@ -75,9 +75,14 @@ pub struct Args {
     /// Payload bytes per message.
     #[arg(long, default_value_t = 200)]
     pub payload: usize,
-    /// Redis to measure against.
-    #[arg(long, default_value = "redis://127.0.0.1:6379/0")]
-    pub redis_url: String,
+    /// Redis to measure against (default: the local stack's server, or with `--cluster` its
+    /// Redis Cluster; `redis://...` or `redis+cluster://host:port,...`).
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// Measure on the local stack's Redis Cluster (`deploy/local/stack cluster up`) instead of
+    /// its single server.
+    #[arg(long, conflicts_with = "redis_url")]
+    pub cluster: bool,
     /// Cassandra/ScyllaDB contact points, comma-separated.
     #[arg(long, default_value = "127.0.0.1:9042")]
     pub scylla_hosts: String,
@@ -94,6 +99,27 @@ pub struct Args {
     /// Records the archiver's group is behind in the restart benchmark.
     #[arg(long, default_value_t = 10_000)]
     pub tail: u64,
+}
+
+impl Args {
+    /// The Redis URL measured against: `--redis-url`, else the local stack's cluster
+    /// (`--cluster`) or server, as the test kit names them.
+    pub fn redis_url(&self) -> String {
+        match &self.redis_url {
+            Some(url) => url.clone(),
+            None if self.cluster => qim_testkit::stack::redis_cluster_url(),
+            None => qim_testkit::stack::redis_url(),
+        }
+    }
+
+    /// `redis cluster` or `redis single node`, for the printed figures.
+    pub fn topology(&self) -> &'static str {
+        if self.redis_url().starts_with("redis+cluster://") {
+            "redis cluster"
+        } else {
+            "redis single node"
+        }
+    }
 }
 
 /// Throughput and latency of one measured path.

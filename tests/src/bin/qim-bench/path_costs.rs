@@ -4,12 +4,12 @@
 use super::{cpu, ms, Measurement};
 
 /// CPU seconds used so far by this process (the bench client *and* the in-process writer), the
-/// Redis server and the Kafka broker (when it runs on this machine).
+/// Redis servers and the Kafka broker (when it runs on this machine).
 #[derive(Clone, Copy, Default)]
 pub struct Cpu {
     /// This process, user + system.
     pub process: f64,
-    /// The Redis server's main process (without its AOF rewrite children).
+    /// The Redis servers (each one's main process, without its AOF rewrite children).
     pub redis: f64,
     /// The Kafka broker, when found on this machine.
     pub kafka: Option<f64>,
@@ -17,10 +17,10 @@ pub struct Cpu {
 
 impl Cpu {
     /// The counters now.
-    pub async fn now(conn: &mut qim_store::redis::RedisConnection, kafka_pid: Option<u32>) -> anyhow::Result<Self> {
+    pub async fn now(redis: &mut super::redis::RedisCpu, kafka_pid: Option<u32>) -> anyhow::Result<Self> {
         Ok(Self {
             process: cpu::own_seconds(),
-            redis: super::redis::redis_cpu(conn).await?,
+            redis: redis.seconds().await?,
             kafka: kafka_pid.and_then(cpu::process_seconds),
         })
     }

@@ -1,14 +1,17 @@
 //! `qim-bench redis`: commits/s through `RedisMessageStore` (reserve → put_record →
 //! mark_outbox_published → mark_committed) against raw pipelined `EVALSHA` of a script of the
-//! same shape (the same keys and writes in one call), measured in one run on one server.
+//! same shape (the same keys and writes in one call), measured in one run on the same servers.
 //!
 //! The two paths run in [`ROUNDS`] interleaved rounds (so load from elsewhere on a shared machine
 //! falls on both alike), and besides throughput each path reports what it costs per operation,
 //! which contention hardly changes: CPU of this process, CPU of the Redis server (from `INFO
 //! cpu`, so whatever else that server did meanwhile counts too) and round trips (the store's
-//! own count).
+//! own count). With `--cluster` both run on the local stack's Redis Cluster, and the Redis CPU is
+//! that of all its nodes.
 
 use std::sync::Arc;
+
+use anyhow::Context;
 
 use qim_store::clock::SystemClock;
 use qim_store::ids::{ClientMessageId, ConversationId, MessageId, TenantId, UserId};
@@ -24,7 +27,10 @@ use super::{drive, ms, Args, Measurement};
 const ROUNDS: u64 = 3;
 
 /// The raw primitive: the writes of one commit (seq counter, commit blob, record, history
-/// index, expiry index) in one script, as if the state machine were a single call.
+/// index, expiry index) in one script, as if the state machine were a single call. Every key
+/// carries the conversation's hash tag, so the script is legal on a Redis Cluster too (the store
+/// keeps a commit in its sender's slot, which costs it a second script: the raw loop is the
+/// lower bound).
 const RAW_SCRIPT: &str = r#"
 local seq = redis.call('INCR', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1])
@@ -92,7 +98,7 @@ pub async fn raw_path(
             let tag = format!("{ns}:{{raw{}}}", n % conversations);
             let _: i64 = script
                 .key(format!("{tag}:seq"))
-                .key(format!("{ns}:{{rawk{n}}}:commit"))
+                .key(format!("{tag}:commit:{n}"))
                 .key(format!("{tag}:rec"))
                 .key(format!("{tag}:idx"))
                 .key(format!("{tag}:gc"))
@@ -171,25 +177,56 @@ struct Cost {
     trips: u64,
 }
 
-/// CPU seconds the Redis server has used (`used_cpu_user` + `used_cpu_sys`).
-pub async fn redis_cpu(conn: &mut qim_store::redis::RedisConnection) -> anyhow::Result<f64> {
-    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
-    Ok(info
-        .lines()
-        .filter_map(|l| l.strip_prefix("used_cpu_user:").or_else(|| l.strip_prefix("used_cpu_sys:")))
-        .filter_map(|v| v.trim().parse::<f64>().ok())
-        .sum())
+/// The CPU a Redis deployment has used, read from each of its servers: the one server of a
+/// `redis://` URL, or every live node of a cluster, masters and replicas (a replica's copying is
+/// part of what a write costs the cluster).
+pub struct RedisCpu {
+    servers: Vec<redis::aio::MultiplexedConnection>,
+}
+
+impl RedisCpu {
+    /// Connects to every server of the deployment at `url`.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let mut servers = Vec::new();
+        for server in qim_testkit::redis::servers(url).await? {
+            let client = redis::Client::open(server.as_str()).with_context(|| format!("redis url {server:?}"))?;
+            servers.push(
+                client.get_multiplexed_async_connection().await.with_context(|| format!("connecting to {server}"))?,
+            );
+        }
+        Ok(Self { servers })
+    }
+
+    /// How many servers are read (1 for a single server).
+    pub fn servers(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// CPU seconds the servers have used so far (`used_cpu_user` + `used_cpu_sys` of each one's
+    /// `INFO cpu`, summed).
+    pub async fn seconds(&mut self) -> anyhow::Result<f64> {
+        let mut total = 0.0;
+        for server in &mut self.servers {
+            let info: String = redis::cmd("INFO").arg("cpu").query_async(server).await?;
+            total += info
+                .lines()
+                .filter_map(|l| l.strip_prefix("used_cpu_user:").or_else(|| l.strip_prefix("used_cpu_sys:")))
+                .filter_map(|v| v.trim().parse::<f64>().ok())
+                .sum::<f64>();
+        }
+        Ok(total)
+    }
 }
 
 /// Runs `path`, measuring what it cost.
 async fn costed<F: std::future::Future<Output = anyhow::Result<Measurement>>>(
-    conn: &mut qim_store::redis::RedisConnection,
+    redis_cpu: &mut RedisCpu,
     store: &RedisMessageStore,
     path: F,
 ) -> anyhow::Result<(Measurement, Cost)> {
-    let (cpu, server, trips) = (super::cpu::own_seconds(), redis_cpu(conn).await?, store.round_trips());
+    let (cpu, server, trips) = (super::cpu::own_seconds(), redis_cpu.seconds().await?, store.round_trips());
     let m = path.await?;
-    let (server_after, trips_after) = (redis_cpu(conn).await?, store.round_trips());
+    let (server_after, trips_after) = (redis_cpu.seconds().await?, store.round_trips());
     let cost = Cost {
         client_cpu: super::cpu::own_seconds() - cpu,
         redis_cpu: server_after - server,
@@ -201,7 +238,8 @@ async fn costed<F: std::future::Future<Output = anyhow::Result<Measurement>>>(
 /// Runs both paths and prints the comparison.
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let namespace = format!("qimbench{}", std::process::id());
-    let config = RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() };
+    let url = args.redis_url();
+    let config = RedisConfig { url: url.clone(), namespace: namespace.clone() };
     let policy = RetentionPolicy::with_default_days(30)?;
     // The high-water marks in process memory: this path measures the Redis steps (the writer
     // benchmark's path raises them in the archive, once per lease block).
@@ -211,7 +249,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let tenant = TenantId([9; 16]);
     let warm = Args { count: (args.concurrency as u64) * 20, ..args.clone() };
     store_path(Arc::clone(&store), &warm, tenant, 10_000_000).await?;
-    let mut conn = qim_store::redis::connect(&config).await?;
+    let conn = qim_store::redis::connect(&config).await?;
+    let mut redis_cpu = RedisCpu::connect(&url).await?;
     raw_path(conn.clone(), &warm, &format!("{namespace}w")).await?;
 
     let per_round = (args.count / ROUNDS).max(args.concurrency as u64);
@@ -219,26 +258,29 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let (mut raw, mut through_store) = (Totals::default(), Totals::default());
     for r in 0..ROUNDS {
         let path = raw_path(conn.clone(), &round, &namespace);
-        let (m, mut cost) = costed(&mut conn, &store, path).await?;
+        let (m, mut cost) = costed(&mut redis_cpu, &store, path).await?;
         cost.trips = per_round; // one pipelined EVALSHA per operation, outside the store's count
         raw.add(per_round, &m, cost);
         let path = store_path(Arc::clone(&store), &round, tenant, r * per_round);
-        let (m, cost) = costed(&mut conn, &store, path).await?;
+        let (m, cost) = costed(&mut redis_cpu, &store, path).await?;
         through_store.add(per_round, &m, cost);
     }
     drop(conn);
-    wipe_namespace(&args.redis_url, &namespace).await?;
-    wipe_namespace(&args.redis_url, &format!("{namespace}w")).await?;
+    wipe_namespace(&url, &namespace).await?;
+    wipe_namespace(&url, &format!("{namespace}w")).await?;
 
     let ratio = through_store.per_second() / raw.per_second();
     let cost = |t: &Totals| t.micros_per_op(t.client_cpu + t.redis_cpu);
     let cost_ratio = cost(&through_store) / cost(&raw);
     println!(
-        "redis commit path: {} commits, concurrency {}, {} conversations, {}-byte payloads, {ROUNDS} interleaved rounds",
+        "redis commit path: {} commits, concurrency {}, {} conversations, {}-byte payloads, {ROUNDS} interleaved rounds, \
+         {} (Redis CPU over {} servers)",
         per_round * ROUNDS,
         args.concurrency,
         args.conversations,
-        args.payload
+        args.payload,
+        args.topology(),
+        redis_cpu.servers()
     );
     println!(
         "  {:<34} {:>10} {:>10} {:>10} {:>12} {:>12} {:>9}",
@@ -250,6 +292,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     println!("  CPU per op (client + redis) store/raw: {cost_ratio:.2}×");
     Ok(serde_json::json!({
         "count": per_round * ROUNDS, "concurrency": args.concurrency, "rounds": ROUNDS,
+        "topology": args.topology(), "redis_servers": redis_cpu.servers(),
         "raw_per_second": raw.per_second(), "store_per_second": through_store.per_second(), "ratio": ratio,
         "store_p50_ms": through_store.p50(), "store_p99_ms": through_store.p99(),
         "raw_client_cpu_us": raw.micros_per_op(raw.client_cpu), "raw_redis_cpu_us": raw.micros_per_op(raw.redis_cpu),

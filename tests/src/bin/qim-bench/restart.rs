@@ -114,7 +114,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     for (t, c) in &targets {
         qim_store::MembershipStore::add_members(&members, *t, *c, &[qim_store::ids::UserId([7; 16])]).await?;
     }
-    let redis = RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() };
+    let redis = RedisConfig { url: args.redis_url(), namespace: namespace.clone() };
     let config = super::writer::writer_config(redis, scylla.clone(), &brokers, &topic, &group)?;
     let shutdown = CancellationToken::new();
     let starting = Instant::now();
@@ -163,7 +163,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     if let Err(e) = session.query_unpaged(format!("DROP KEYSPACE IF EXISTS {}", scylla.keyspace), &[]).await {
         eprintln!("warning: could not drop benchmark keyspace {}: {e}", scylla.keyspace);
     }
-    qim_testkit::redis::wipe_namespace(&args.redis_url, &namespace).await?;
+    qim_testkit::redis::wipe_namespace(&args.redis_url(), &namespace).await?;
 
     let (p50, p99) = Latencies::of(&latencies).p50_p99();
     println!(

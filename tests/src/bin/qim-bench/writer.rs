@@ -17,8 +17,9 @@
 //! saturated and costs the same per send at any rate, time per send adds up, so a writer whose
 //! sends cost exactly the raw loop plus the hop would reach at most `1 / (1/raw + 1/hop)`, and one
 //! with the second write `1 / (1/settled + 1/hop)`: the ceilings printed beside the ratio, with a
-//! cross-check from CPU per send. The raw scripts touch keys of two cluster slots (fine on one
-//! Redis server); a writer held to one slot per script, as the store is, sits lower.
+//! cross-check from CPU per send. The raw scripts keep every key in the conversation's slot, so
+//! they run on a Redis Cluster too (`--cluster`: the local stack's cluster, its Redis CPU summed
+//! over all nodes); the store keeps a commit in its sender's slot, which costs it more scripts.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,7 +121,7 @@ pub async fn raw_loop(
         );
         async move {
             let tag = format!("{ns}:{{raw{}}}", n % conversations as u64);
-            let commit = format!("{ns}:{{rawk{n}}}:commit");
+            let commit = format!("{tag}:commit:{n}");
             let _: i64 = script
                 .key(format!("{tag}:seq"))
                 .key(&commit)
@@ -286,7 +287,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     };
     let session = open_session(&archive).await.context("connecting to cassandra (is the stack up?)")?;
     migrate(&session, &archive).await?;
-    let redis = RedisConfig { url: args.redis_url.clone(), namespace: namespace.clone() };
+    let redis = RedisConfig { url: args.redis_url(), namespace: namespace.clone() };
     let config = writer_config(redis, archive.clone(), &brokers, &topic, &format!("{topic}.archiver"))?;
     let shutdown = CancellationToken::new();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;
@@ -294,8 +295,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     join_sender(&format!("http://{}", writer.addr), args.conversations).await?;
     let metrics_url = format!("http://{}/metrics", writer.addr);
     let raw_ns = format!("{namespace}raw");
-    let raw_conn =
-        qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: raw_ns.clone() }).await?;
+    let raw_conn = qim_store::redis::connect(&RedisConfig { url: args.redis_url(), namespace: raw_ns.clone() }).await?;
     let raw_producer = producer(&brokers, &topic).await?;
     let warm = Args { count: args.concurrency as u64 * 10, ..args.clone() };
     let hop = super::http_hop::HttpHop::start(shutdown.clone()).await?;
@@ -305,8 +305,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     }
     http_sends(&warm, &url, WARM_UP_FIRST).await?;
     http_sends(&warm, &hop_url, WARM_UP_FIRST).await?;
-    let mut conn =
-        qim_store::redis::connect(&RedisConfig { url: args.redis_url.clone(), namespace: "qim".into() }).await?;
+    let mut redis_cpu = super::redis::RedisCpu::connect(&args.redis_url()).await?;
     let kafka = kafka_pid();
     let http = reqwest::Client::new();
     let stages_before = Stages::read(&http, &metrics_url).await?;
@@ -318,7 +317,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         // a compaction) does not always fall on the same successor.
         for k in 0..PATHS.len() {
             let path = PATHS[(r as usize + k) % PATHS.len()];
-            let before = Cpu::now(&mut conn, kafka).await?;
+            let before = Cpu::now(&mut redis_cpu, kafka).await?;
             let (first, settled) = (r * per_round, (ROUNDS + r) * per_round);
             let m = match path {
                 Path::Raw => {
@@ -330,7 +329,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
                     raw_loop(&round, &raw_conn, &raw_producer, &topic, &raw_ns, settled, AfterDelivery::Settle).await?
                 }
             };
-            let cpu = Cpu::now(&mut conn, kafka).await?.since(before);
+            let cpu = Cpu::now(&mut redis_cpu, kafka).await?.since(before);
             totals[path as usize].add(per_round, &m, cpu);
         }
     }
@@ -342,19 +341,20 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     shutdown.cancel();
     writer.wait().await?;
     hop.wait().await?;
-    drop(conn);
-    qim_testkit::redis::wipe_namespace(&args.redis_url, &namespace).await?;
-    qim_testkit::redis::wipe_namespace(&args.redis_url, &raw_ns).await?;
+    qim_testkit::redis::wipe_namespace(&args.redis_url(), &namespace).await?;
+    qim_testkit::redis::wipe_namespace(&args.redis_url(), &raw_ns).await?;
     delete_topic(&brokers, &topic).await?;
 
     let ratio = peak.per_second() / raw.per_second();
     println!(
-        "writer: {} sends, concurrency {}, {} conversations, {}-byte bodies, redis backend, kafka acks=all, \
-         {ROUNDS} interleaved rounds",
+        "writer: {} sends, concurrency {}, {} conversations, {}-byte bodies, redis backend ({}, Redis CPU over {} servers), \
+         kafka acks=all, {ROUNDS} interleaved rounds",
         per_round * ROUNDS,
         args.concurrency,
         args.conversations,
-        args.payload
+        args.payload,
+        args.topology(),
+        redis_cpu.servers()
     );
     println!(
         "  {:<44} {:>8} {:>8} {:>8} {:>11} {:>11} {:>11}",
@@ -402,6 +402,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     );
     Ok(serde_json::json!({
         "count": per_round * ROUNDS, "concurrency": args.concurrency, "rounds": ROUNDS,
+        "topology": args.topology(), "redis_servers": redis_cpu.servers(),
         "raw_per_second": raw.per_second(), "raw_p50_ms": raw.p50(), "raw_p99_ms": raw.p99(),
         "writer_per_second": peak.per_second(), "writer_p50_ms": peak.p50(), "writer_p99_ms": peak.p99(),
         "ratio": ratio, "paced_per_second": paced.per_second,
