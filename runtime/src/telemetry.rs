@@ -7,11 +7,18 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 /// Latency buckets (seconds) for every `*_seconds` histogram: 0.5 ms to 10 s.
 const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0];
 
-/// Installs the log subscriber with `filter` (`QIM_LOG`, `EnvFilter` syntax). Safe to call
-/// twice (tests): the second call keeps the first subscriber.
+/// Installs the log subscriber with `filter` (`QIM_LOG`, `EnvFilter` syntax), writing to
+/// stdout, coloured only when stdout is a terminal (a file or a log collector gets plain text).
+/// Safe to call twice (tests): the second call keeps the first subscriber.
 pub fn init_logs(filter: &str) -> Result<(), String> {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("QIM_LOG={filter:?}: {e}"))?;
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(std::io::stdout)
+        .with_ansi(std::io::stdout().is_terminal())
+        .try_init();
     Ok(())
 }
 

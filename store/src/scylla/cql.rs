@@ -22,6 +22,11 @@ use crate::error::{StoreError, StoreResult};
 
 /// Bound on opening a connection and on the initial metadata fetch.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The server-side bound on a metadata request of the control connection (ScyllaDB honours it,
+/// Cassandra ignores it): below [`CONNECT_TIMEOUT`], the client's bound on the same requests,
+/// so the server reports its own, more telling timeout first. The driver's default (30 s) sits
+/// above the client's bound, and the driver warns about that on every start.
+pub const METADATA_SERVERSIDE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one request (an LWT under contention may take several Paxos rounds).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -50,7 +55,8 @@ pub async fn open_session(config: &ScyllaConfig) -> StoreResult<Session> {
         .known_nodes(&config.hosts)
         .default_execution_profile_handle(profile.into_handle())
         .connection_timeout(CONNECT_TIMEOUT)
-        .metadata_request_clientside_timeout(CONNECT_TIMEOUT);
+        .metadata_request_clientside_timeout(CONNECT_TIMEOUT)
+        .metadata_request_serverside_timeout(METADATA_SERVERSIDE_TIMEOUT);
     let hosts = config.hosts.join(",");
     match tokio::time::timeout(CONNECT_TIMEOUT * 2, builder.build()).await {
         Ok(Ok(session)) => Ok(session),

@@ -1,12 +1,16 @@
-//! The service harness against the real stack: the three binaries start on an isolated run,
-//! a small workload goes through the writer (every seventh send retried, without leaving a seq
-//! hole), the pipeline converges, a killed service restarts, and SIGTERM stops everything with
-//! exit 0.
+//! The service harness against the real stack: the three binaries start on an isolated run
+//! without a warning (but the one for their disabled authentication), a small workload goes
+//! through the writer (every seventh send retried, without leaving a seq hole), the pipeline
+//! converges, a killed service restarts, and SIGTERM stops everything with exit 0.
 
 use std::time::Duration;
 
 use qim_tests::services::{Pipeline, PipelineEnv, ServiceBinaries};
 use qim_tests::workload::{self, Plan, PlannedSend};
+
+/// The one warning a clean start of the harness gives on purpose: its services run without
+/// authentication (`QIM_AUTH_DISABLED`).
+const AUTH_DISABLED: &str = "authentication is disabled";
 
 /// Seqs below each conversation's highest acknowledged one that no acknowledgement holds.
 fn holes(acks: &[qim_tests::workload::Ack]) -> usize {
@@ -22,6 +26,11 @@ async fn the_pipeline_starts_converges_restarts_and_stops() {
     let bins = ServiceBinaries::locate().expect("service binaries");
     let env = PipelineEnv::fresh("harness").await.expect("a fresh run (is the stack up?)");
     let mut pipeline = Pipeline::start(&bins, &env).await.expect("the pipeline starts");
+    for service in [&pipeline.writer, &pipeline.archiver, &pipeline.dispatcher] {
+        let log = std::fs::read_to_string(service.log_path()).expect("the service's log");
+        let warnings: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ") && !l.contains(AUTH_DISABLED)).collect();
+        assert!(warnings.is_empty(), "{} warned at a clean start: {warnings:#?}", service.kind().name());
+    }
 
     let plan = Plan::generate(11, 60, 5, &[40], 7);
     let report = workload::run(pipeline.writer.base_url(), None, &plan, 8, true).await.expect("the workload runs");
