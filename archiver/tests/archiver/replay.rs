@@ -42,7 +42,7 @@ async fn wait_expired_gone(session: &Session, ks: &str, records: &[MessageRecord
     // the second it executed: under load the index row may outlive the record row by a second.
     wait_for("the expired records' rows to expire", Duration::from_secs(30), || async {
         for r in &expired {
-            if stored(session, ks, r).await.is_some() || index_row_exists(session, ks, r).await {
+            if stored(session, ks, r).await.is_some() || indexed(session, ks, r).await {
                 return false;
             }
         }

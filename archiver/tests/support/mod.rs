@@ -307,25 +307,6 @@ async fn stored_once(session: &Session, ks: &str, r: &MessageRecord) -> Option<S
     Some(Stored { blob: row.0, record_ttl: row.1, index_expires_at, index_ttl })
 }
 
-/// Whether the history index holds a row for `r`'s seq (with or without its record row).
-pub async fn index_row_exists(session: &Session, ks: &str, r: &MessageRecord) -> bool {
-    session
-        .query_unpaged(
-            format!(
-                "SELECT conversation_seq FROM {ks}.history_index WHERE tenant_id = ? AND conversation_id = ? AND \
-                 conversation_seq = ?"
-            ),
-            (r.tenant.0.to_vec(), r.conversation.0.to_vec(), r.seq.0 as i64),
-        )
-        .await
-        .expect("reading history_index")
-        .into_rows_result()
-        .unwrap()
-        .maybe_first_row::<(i64,)>()
-        .unwrap()
-        .is_some()
-}
-
 /// How many history index rows a conversation has in the archive.
 pub async fn index_rows(session: &Session, ks: &str, tenant: TenantId, conversation: ConversationId) -> usize {
     session
