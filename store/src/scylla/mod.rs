@@ -24,6 +24,7 @@ pub use cql::open_session;
 pub use mailbox::ScyllaMailboxStore;
 pub use membership::ScyllaMembershipStore;
 pub use message::{
-    archive_check, ArchiveConflict, ArchiveRefusal, ArchiveReport, ScyllaMessageStore, CLOCK_SKEW_MILLIS,
+    aligned_ttl, archive_check, ArchiveConflict, ArchiveRefusal, ArchiveReport, ScyllaMessageStore, CLOCK_SKEW_MILLIS,
+    TTL_SETTLE_BUDGET,
 };
 pub use migrate::{migrate, read_flavour, readiness, Readiness};

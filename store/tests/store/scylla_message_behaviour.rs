@@ -20,7 +20,7 @@ use qim_store::testsuite::fixtures::{
 use qim_store::testsuite::message::commit_fully;
 use qim_store::testsuite::MessageHarness;
 use qim_store::{ErrorKind, MessageStore, COMMIT_AUX_TTL_MILLIS};
-use scylla_support::{isolated_store, Keyspace, Scylla};
+use scylla_support::{archived_record, at, isolated_store, Keyspace, Scylla};
 
 /// This file's keyspace (see [`Keyspace`]).
 static KEYSPACE: Keyspace = Keyspace::new("scylla_message_behaviour");
@@ -325,36 +325,6 @@ async fn a_seq_that_would_set_bit_63_is_refused_and_nothing_is_reserved() {
     let req = request(t, user(1), "overflow", conv, b"x");
     assert_kind(store.reserve(&req, fresh_message_id()).await, ErrorKind::InvariantViolation, "seq 2^63");
     assert_eq!(store.load_commit(&req.key).await.unwrap(), None, "no commit was written");
-}
-
-/// A record `n` of a conversation, as the writer would have published it.
-fn archived_record(
-    t: qim_store::ids::TenantId,
-    c: qim_store::ids::ConversationId,
-    n: u64,
-    body: &str,
-    created_at: qim_store::ids::UnixMillis,
-) -> qim_store::message::MessageRecord {
-    let req = request(t, user(1), &format!("m{n}"), c, body.as_bytes());
-    let intent = qim_store::message::CommitIntent {
-        request: req,
-        seq: ConversationSeq(n),
-        message_id: fresh_message_id(),
-        created_at,
-        publication: None,
-    };
-    intent.record(policy().expires_at(RetentionClass::Default, created_at))
-}
-
-fn at(records: &[qim_store::message::MessageRecord], offset: i64) -> Vec<qim_store::message::PublishedRecord> {
-    records
-        .iter()
-        .enumerate()
-        .map(|(i, r)| qim_store::message::PublishedRecord {
-            record: r.clone(),
-            publication: qim_store::message::Publication { partition: 3, offset: offset + i as i64 },
-        })
-        .collect()
 }
 
 async fn newest_first(

@@ -13,9 +13,11 @@
 //! statement plus the TTL. The TTL is therefore counted from the whole second the statement is
 //! sent in, up to the expiry rounded up ([`aligned_ttl`]), and a record or index statement whose
 //! acknowledgement arrives in a later second than it was sent (the server may have executed it
-//! there) is sent again with a fresh TTL. So a row vanishes in the second after its expiry,
-//! never before, however long a busy or restarting server queued the statement (up to
-//! [`TTL_ATTEMPTS`] sends). Using the record's expiry rather than recomputing it keeps the blob, the
+//! there) is sent again with a fresh TTL, until one is acknowledged in its own second. So a row
+//! vanishes in the second after its expiry, never before, however long a busy or restarting
+//! server queued the statement. A server that keeps answering a second late for
+//! [`TTL_SETTLE_BUDGET`] fails the batch `Unavailable` (it is retried whole), rather than leave
+//! a row that outlives its expiry by however late the last answer was. Using the record's expiry rather than recomputing it keeps the blob, the
 //! index entry and the hot tier in agreement (history reads check that `expires_at` matches);
 //! [`archive_check`] refuses records whose expiry contradicts their class.
 //!
@@ -32,6 +34,7 @@
 //! any later record replacing an archived one.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use scylla::value::MaybeUnset;
@@ -50,9 +53,10 @@ use crate::scylla::schema::{hour_bucket, SEQ_BUCKET_SIZE};
 /// Expiry entries outlive their record by this much (as `put_record` writes them).
 const EXPIRY_ENTRY_GRACE_SECS: i32 = 3600;
 
-/// Sends of one record or index statement at most, while its acknowledgement keeps arriving in
-/// a later whole second than it was sent (see the module docs).
-pub const TTL_ATTEMPTS: usize = 4;
+/// How long (on the store's clock) one record or index statement is sent again while its
+/// acknowledgement keeps arriving in a later whole second than it was sent (see the module
+/// docs). Past it, the batch fails `Unavailable`.
+pub const TTL_SETTLE_BUDGET: Duration = Duration::from_secs(30);
 
 /// The TTL of a row that must vanish at `expires`, for a statement sent at `now`: from the
 /// whole second of `now` to the expiry rounded up to a whole second; at least 1 s, at most
@@ -225,7 +229,8 @@ impl ScyllaMessageStore {
         let write = |(i, step): (usize, Step)| async move {
             let row = &rows[i];
             let (session, st) = (&self.inner.session, &self.inner.st);
-            for attempt in 1..=TTL_ATTEMPTS {
+            let first = self.now();
+            loop {
                 let sent = self.now();
                 let ttl = row.ttl(sent);
                 let result = match step {
@@ -250,11 +255,21 @@ impl ScyllaMessageStore {
                 let settled = ttl == 0
                     || matches!(step, Step::Expiry(_))
                     || self.now().0.div_euclid(1000) == sent.0.div_euclid(1000);
-                if settled || attempt == TTL_ATTEMPTS {
-                    break;
+                if settled {
+                    return Ok::<(), StoreError>(());
+                }
+                if self.now().0 - first.0 >= TTL_SETTLE_BUDGET.as_millis() as i64 {
+                    return Err(StoreError::Unavailable {
+                        message: format!(
+                            "{}: for {} s every acknowledgement arrived in a later second than its \
+                             statement was sent, so the row's TTL may be late; the batch is retried",
+                            row.what(),
+                            TTL_SETTLE_BUDGET.as_secs()
+                        ),
+                        source: None,
+                    });
                 }
             }
-            Ok::<(), StoreError>(())
         };
         let records = (0..rows.len()).map(|i| Ok((i, Step::Record)));
         stream::iter(records).try_for_each_concurrent(concurrency, write).await?;

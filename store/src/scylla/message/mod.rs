@@ -55,7 +55,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use scylla::client::session::Session;
 
-pub use self::archive::{archive_check, ArchiveConflict, ArchiveRefusal, ArchiveReport};
+pub use self::archive::{
+    aligned_ttl, archive_check, ArchiveConflict, ArchiveRefusal, ArchiveReport, TTL_SETTLE_BUDGET,
+};
 pub use self::recent::CLOCK_SKEW_MILLIS;
 use self::statements::Statements;
 use super::config::ScyllaConfig;

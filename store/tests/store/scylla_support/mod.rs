@@ -18,11 +18,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use qim_store::clock::{Clock, ManualClock};
-use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
-use qim_store::retention::RetentionPolicy;
+use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UnixMillis};
+use qim_store::message::{CommitIntent, MessageRecord, Publication, PublishedRecord};
+use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::scylla::config::generated_test_keyspace;
 use qim_store::scylla::schema::SEQ_BUCKET_SIZE;
 use qim_store::scylla::{open_session, ScyllaConfig, ScyllaMessageStore};
+use qim_store::testsuite::fixtures::{fresh_message_id, request, user};
 pub use qim_store::testsuite::scylla_keyspace::describe;
 use qim_store::testsuite::scylla_keyspace::{self, migrate_retrying};
 use qim_store::testsuite::MessageHarness;
@@ -189,4 +191,34 @@ impl MessageHarness for Scylla {
         let (t, c, b, s) = record_key(tenant, conversation, seq);
         store.session().query_unpaged(cql, (t, c, b, s, bytes)).await.expect("sabotage: overwrite");
     }
+}
+
+/// The suites' retention: 30 days by default.
+pub fn default_policy() -> RetentionPolicy {
+    RetentionPolicy::with_default_days(30).expect("30 days is legal")
+}
+
+/// A record `n` of a conversation, as the writer would have published it.
+pub fn archived_record(t: TenantId, c: ConversationId, n: u64, body: &str, created_at: UnixMillis) -> MessageRecord {
+    let req = request(t, user(1), &format!("m{n}"), c, body.as_bytes());
+    let intent = CommitIntent {
+        request: req,
+        seq: ConversationSeq(n),
+        message_id: fresh_message_id(),
+        created_at,
+        publication: None,
+    };
+    intent.record(default_policy().expires_at(RetentionClass::Default, created_at))
+}
+
+/// `records` as published at partition 3 from `offset` on, one offset each.
+pub fn at(records: &[MessageRecord], offset: i64) -> Vec<PublishedRecord> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| PublishedRecord {
+            record: r.clone(),
+            publication: Publication { partition: 3, offset: offset + i as i64 },
+        })
+        .collect()
 }
