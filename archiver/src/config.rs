@@ -90,8 +90,8 @@ pub struct ArchiverConfig {
     pub trim_interval: Duration,
     /// Listen address of the operational endpoints.
     pub http_addr: SocketAddr,
-    /// Log filter.
-    pub log: String,
+    /// Log filter and format.
+    pub log: qim_runtime::telemetry::LogSettings,
     /// How long start-up steps may keep retrying their servers.
     pub startup_timeout: Duration,
 }
@@ -123,7 +123,7 @@ impl Environment for ArchiverEnv {
             hole_grace: a.archiver_hole_grace_secs.secs(),
             trim_interval: a.archiver_trim_interval_secs.secs(),
             http_addr: a.archiver_http_addr,
-            log: self.common.log.clone(),
+            log: self.common.log_settings(),
             startup_timeout: self.common.startup_timeout_secs.secs(),
         })
     }

@@ -1,12 +1,14 @@
-//! `qim-archiver`: `run` (the default), `replay`, `migrate`, `check-config`. See the README.
+//! `qim-archiver`: `run` (the default), `replay`, `dlq`, `migrate`, `check-config`. See the
+//! README.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use qim_archiver::config::ArchiverEnv;
-use qim_archiver::replay::ReplayArgs;
 use qim_runtime::cli::{self, AdminCommand};
 use qim_runtime::env::Environment;
+use qim_runtime::kafka::dlq::DlqCommand;
+use qim_runtime::kafka::replay::ReplayArgs;
 
 /// mimalloc: glibc malloc's arena locks and consolidation cost a busy service a third of its CPU.
 #[global_allocator]
@@ -33,6 +35,13 @@ enum Command {
         #[command(flatten)]
         env: Box<ArchiverEnv>,
     },
+    /// The dead letters of QIM_DLQ_TOPIC: list, show one, re-drive to their source topic.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+        #[command(flatten)]
+        env: Box<ArchiverEnv>,
+    },
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -45,6 +54,11 @@ async fn replay(args: &ReplayArgs, env: &ArchiverEnv) -> anyhow::Result<()> {
     qim_archiver::replay::main(args, env.config().map_err(anyhow::Error::msg)?).await
 }
 
+async fn dlq(command: &DlqCommand, env: &ArchiverEnv) -> anyhow::Result<()> {
+    let config = env.config().map_err(anyhow::Error::msg)?;
+    qim_runtime::kafka::dlq::run(command, &config.kafka_brokers, &config.dlq_topic).await
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli: Cli = cli::parse::<Cli, ArchiverEnv>("run");
@@ -53,6 +67,7 @@ async fn main() -> ExitCode {
     match cli.command {
         Command::Run(env) => cli::report(run(&env).await),
         Command::Replay { args, env } => cli::report(replay(&args, &env).await),
+        Command::Dlq { command, env } => cli::report(dlq(&command, &env).await),
         Command::Admin(admin) => cli::run_admin::<ArchiverEnv>(&admin).await,
     }
 }

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use qim_runtime::kafka::consumer::Lease;
+use qim_runtime::kafka::replay::{plan, ReplayArgs, Start};
 use qim_store::clock::{Clock, SystemClock};
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
@@ -38,72 +39,6 @@ use crate::source::{replay_consumer, Incoming};
 /// Longest wait for metadata, offsets, or the next record.
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where a replay starts.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Start {
-    /// Every partition from its first retained record.
-    Earliest,
-    /// Every partition from its first record at or after this time (ms since the epoch).
-    Time(i64),
-    /// Only the named partitions, from the named offsets.
-    Offsets(Vec<(i32, i64)>),
-}
-
-/// The command line of `replay`: exactly one starting point.
-#[derive(Clone, Debug, PartialEq, Eq, clap::Args)]
-#[group(required = true, multiple = false)]
-pub struct ReplayArgs {
-    /// Every partition from its first retained record (the only value: `earliest`).
-    #[arg(long, value_name = "earliest", value_parser = ["earliest"])]
-    from: Option<String>,
-    /// Every partition from its first record at or after this time: RFC 3339
-    /// (`2026-11-30T12:00:00Z`, any offset) or milliseconds since the epoch.
-    #[arg(long, value_name = "TIME", value_parser = parse_time)]
-    from_time: Option<i64>,
-    /// Only these partitions, from these offsets: `partition:offset[,partition:offset...]`.
-    #[arg(long, value_name = "P:O,...", value_parser = parse_offsets)]
-    offsets: Option<Offsets>,
-}
-
-/// `--offsets`: partition and offset pairs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Offsets(Vec<(i32, i64)>);
-
-impl ReplayArgs {
-    /// Where these arguments start the replay.
-    pub fn start(&self) -> Start {
-        match (&self.from, self.from_time, &self.offsets) {
-            (_, Some(ms), _) => Start::Time(ms),
-            (_, _, Some(Offsets(pairs))) => Start::Offsets(pairs.clone()),
-            _ => Start::Earliest,
-        }
-    }
-}
-
-/// `p:o[,p:o...]`.
-fn parse_offsets(text: &str) -> Result<Offsets, String> {
-    text.split(',')
-        .map(|pair| {
-            let (p, o) = pair.split_once(':').ok_or_else(|| format!("{pair:?} is not partition:offset"))?;
-            let p = p.trim().parse().map_err(|_| format!("{pair:?}: bad partition"))?;
-            let o = o.trim().parse().map_err(|_| format!("{pair:?}: bad offset"))?;
-            Ok((p, o))
-        })
-        .collect::<Result<Vec<_>, String>>()
-        .map(Offsets)
-}
-
-/// Milliseconds since the epoch, or an RFC 3339 timestamp (`2026-11-30T12:00:00Z`, any offset,
-/// any fraction of a second; read to the millisecond).
-pub fn parse_time(text: &str) -> Result<i64, String> {
-    if let Ok(ms) = text.parse::<i64>() {
-        return Ok(ms);
-    }
-    text.parse::<jiff::Timestamp>().map(|t| t.as_millisecond()).map_err(|e| {
-        format!("{text:?} is neither milliseconds nor an RFC 3339 timestamp such as 2026-11-30T12:00:00Z: {e}")
-    })
-}
-
 /// What a replay did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Summary {
@@ -115,53 +50,6 @@ pub struct Summary {
     pub poison: u64,
     /// Partitions replayed.
     pub partitions: usize,
-}
-
-/// Resolves `start` to `(partition, first, end)` triples with records to replay.
-async fn plan(consumer: Arc<StreamConsumer>, topic: String, start: Start) -> anyhow::Result<Vec<(i32, i64, i64)>> {
-    tokio::task::spawn_blocking(move || {
-        let partitions =
-            qim_runtime::kafka::partition_ids(consumer.client(), &topic, KAFKA_TIMEOUT).map_err(anyhow::Error::msg)?;
-        let mut bounds = HashMap::new();
-        for &p in &partitions {
-            bounds.insert(p, consumer.fetch_watermarks(&topic, p, KAFKA_TIMEOUT).context("reading watermarks")?);
-        }
-        let firsts: Vec<(i32, i64)> = match start {
-            Start::Earliest => partitions.iter().map(|p| (*p, bounds[p].0)).collect(),
-            Start::Offsets(list) => {
-                for (p, _) in &list {
-                    if !bounds.contains_key(p) {
-                        bail!("topic {topic} has no partition {p}");
-                    }
-                }
-                list
-            }
-            Start::Time(ms) => {
-                let mut query = TopicPartitionList::new();
-                for p in &partitions {
-                    query.add_partition_offset(&topic, *p, Offset::Offset(ms))?;
-                }
-                let found = consumer.offsets_for_times(query, KAFKA_TIMEOUT).context("finding offsets by time")?;
-                found
-                    .elements()
-                    .iter()
-                    .map(|e| {
-                        let end = bounds[&e.partition()].1;
-                        (e.partition(), if let Offset::Offset(o) = e.offset() { o } else { end })
-                    })
-                    .collect()
-            }
-        };
-        Ok(firsts
-            .into_iter()
-            .map(|(p, first)| {
-                let (low, high) = bounds[&p];
-                (p, first.clamp(low, high), high)
-            })
-            .filter(|(_, first, end)| first < end)
-            .collect())
-    })
-    .await?
 }
 
 /// Replays `start` into the archive of `config`; `progress(done, total)` is called as it goes.
@@ -177,7 +65,7 @@ pub async fn replay(
     let processor = Processor::new(archive, None, watermarks, config.batch.write_concurrency).raising_high_water();
     let group = format!("{}-replay", config.group);
     let consumer = Arc::new(replay_consumer(&config.kafka_brokers, &group).context("creating the replay consumer")?);
-    let plan = plan(consumer.clone(), config.messages_topic.clone(), start).await?;
+    let plan = plan(consumer.clone(), config.messages_topic.clone(), start, KAFKA_TIMEOUT).await?;
     let total: u64 = plan.iter().map(|(_, first, end)| (end - first) as u64).sum();
     let mut summary = Summary { partitions: plan.len(), ..Summary::default() };
     let mut ends: HashMap<i32, i64> = plan.iter().map(|(p, _, end)| (*p, *end)).collect();
@@ -253,44 +141,4 @@ pub async fn main(args: &ReplayArgs, config: ArchiverConfig) -> anyhow::Result<(
         summary.poison
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `replay`'s arguments as the binary parses them.
-    #[derive(clap::Parser)]
-    struct Replay {
-        #[command(flatten)]
-        args: ReplayArgs,
-    }
-
-    fn start(line: &str) -> Result<Start, clap::Error> {
-        use clap::Parser as _;
-        Replay::try_parse_from(std::iter::once("replay").chain(line.split(' '))).map(|r| r.args.start())
-    }
-
-    #[test]
-    fn starts_parse() {
-        assert_eq!(start("--from earliest").unwrap(), Start::Earliest);
-        assert_eq!(start("--from-time 1700000000000").unwrap(), Start::Time(1_700_000_000_000));
-        assert_eq!(start("--from-time 2023-11-14T22:13:20Z").unwrap(), Start::Time(1_700_000_000_000));
-        assert_eq!(start("--offsets 0:5,2:0").unwrap(), Start::Offsets(vec![(0, 5), (2, 0)]));
-        assert!(start("--offsets 0-5").is_err());
-        assert!(start("--from latest").is_err());
-        assert!(start("--from earliest --offsets 0:5").is_err(), "one starting point only");
-        assert!(start("").is_err(), "a starting point is required");
-    }
-
-    #[test]
-    fn times_parse_as_utc() {
-        assert_eq!(parse_time("1970-01-01T00:00:00Z"), Ok(0));
-        assert_eq!(parse_time("2023-11-14T22:13:20Z"), Ok(1_700_000_000_000));
-        assert_eq!(parse_time("2000-02-29T12:00:00.5Z"), Ok(951_825_600_500));
-        assert_eq!(parse_time("2023-11-15T00:13:20+02:00"), Ok(1_700_000_000_000));
-        assert!(parse_time("2023-13-01T00:00:00Z").is_err());
-        assert!(parse_time("yesterday").is_err());
-        assert!(parse_time("2023-11-14T22:13:20").is_err(), "a time without an offset is ambiguous");
-    }
 }

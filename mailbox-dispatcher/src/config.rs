@@ -136,8 +136,8 @@ pub struct DispatcherConfig {
     pub http_addr: SocketAddr,
     /// Who may call `/v1`, and how often.
     pub auth: AuthConfig,
-    /// Log filter.
-    pub log: String,
+    /// Log filter and format.
+    pub log: qim_runtime::telemetry::LogSettings,
     /// How long start-up steps may keep retrying their servers.
     pub startup_timeout: Duration,
 }
@@ -169,7 +169,7 @@ impl Environment for DispatcherEnv {
             advance_every: d.dispatch_advance_millis.millis(),
             http_addr: d.dispatcher_http_addr,
             auth: self.auth.config()?,
-            log: self.common.log.clone(),
+            log: self.common.log_settings(),
             startup_timeout: self.common.startup_timeout_secs.secs(),
         })
     }

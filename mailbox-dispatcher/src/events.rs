@@ -11,9 +11,22 @@ use qim_store::StoreError;
 
 use crate::metrics::{
     CHUNK_BATCH_CHUNKS, CHUNK_SECONDS, DEAD_LETTERS, DISPATCHES, DISPATCHES_COLLECTED, DUPLICATES_ABSORBED,
-    ENTRIES_WRITTEN, LANE_WATERMARK_LAG, RETRIES, ROUTER_FANOUT, ROUTER_FANOUT_SHARDS, ROUTER_MESSAGES, SHARD_RESYNCS,
-    WATERMARK_ADVANCES,
+    END_TO_END_SECONDS, ENTRIES_WRITTEN, LANE_WATERMARK_LAG, RETRIES, ROUTER_FANOUT, ROUTER_FANOUT_SHARDS,
+    ROUTER_MESSAGES, SHARD_RESYNCS, WATERMARK_ADVANCES,
 };
+
+/// A message became readable in every recipient's mailbox of a shard (see
+/// [`crate::worker::readable`]).
+pub struct MessageReadable {
+    /// Since the message was created.
+    pub since_created: Duration,
+}
+
+impl InternalEvent for MessageReadable {
+    fn emit(self) {
+        histogram!(END_TO_END_SECONDS).record(self.since_created);
+    }
+}
 
 /// A refused record reached its dead-letter topic.
 pub struct DeadLettered<'a> {

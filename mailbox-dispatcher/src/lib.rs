@@ -17,7 +17,8 @@
 //! - [`worker`]: dispatch records → mailbox entries and watermarks ([`worker::window`] is the
 //!   pure bookkeeping, [`worker::pipeline`] the scheduling, [`worker::steps`] the store steps);
 //! - [`api`]: the mailbox read API; [`kafka`]: consumer/producer plumbing; [`retry`]: backoff;
-//! - [`backend`]: opening the stores; [`serve`]: startup, run and shutdown; [`metrics`]: names;
+//! - [`backend`]: opening the stores; [`serve`]: startup, run and shutdown; [`replay`]: the
+//!   groups rewound and the topics dispatched again; [`metrics`]: names;
 //!   [`events`]: what the dispatcher reports, each event's log line and metrics in one place;
 //! - [`failpoint`]: the crash points the fault-injection suite arms.
 //!
@@ -32,6 +33,7 @@ pub mod events;
 pub mod failpoint;
 pub mod kafka;
 pub mod metrics;
+pub mod replay;
 pub mod retry;
 pub mod router;
 pub mod serve;

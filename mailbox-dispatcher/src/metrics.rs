@@ -24,6 +24,10 @@ pub const CHUNK_BATCH_CHUNKS: &str = "qim_dispatcher_chunk_batch_chunks";
 /// Gauge, label `shard`: highest observed offset minus the lowest lane watermark of the shard
 /// (offset distance; 0 when every lane passed everything observed).
 pub const LANE_WATERMARK_LAG: &str = "qim_dispatcher_lane_watermark_lag";
+/// Histogram (seconds): from a message's creation (its commit at the writer) until every lane
+/// watermark of a shard it was dispatched to passed its dispatch record, i.e. until it is
+/// readable in every recipient's mailbox of that shard (first observations only).
+pub const END_TO_END_SECONDS: &str = "qim_dispatcher_end_to_end_seconds";
 /// Counter, label `shard`: lane watermark advances written.
 pub const WATERMARK_ADVANCES: &str = "qim_dispatcher_watermark_advances_total";
 /// Counter, label `shard`: times the store was found to have lost a shard's state (Redis
@@ -63,6 +67,11 @@ pub fn describe() {
     );
     describe_histogram!(CHUNK_BATCH_CHUNKS, "Chunks written together in one batch.");
     describe_gauge!(LANE_WATERMARK_LAG, "Highest observed offset minus the lowest lane watermark, per shard.");
+    describe_histogram!(
+        END_TO_END_SECONDS,
+        Unit::Seconds,
+        "Message creation to readable in every recipient's mailbox of a shard (lane watermarks passed)."
+    );
     describe_counter!(WATERMARK_ADVANCES, "Lane watermark advances written, per shard.");
     describe_counter!(SHARD_RESYNCS, "Times a shard's log was read again because the store lost its state.");
     describe_counter!(RETRIES, "Failed store or Kafka steps that were retried, by step and error kind.");

@@ -89,7 +89,6 @@ impl From<QueryRejection> for ApiError {
 /// A readiness probe: `Ok(())` when the service can do its work, otherwise why not.
 pub type ReadinessCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
-/// `/healthz` (the process answers), `/readyz` (`ready` runs: 200, or 503 with the reason) and
 /// Middleware counting every answer under the counter `metric`, labelled by matched route and
 /// status (never the raw path: ids would explode cardinality). Use with
 /// `axum::middleware::from_fn_with_state(metric, count_requests)`.
@@ -99,8 +98,19 @@ pub async fn count_requests(State(metric): State<&'static str>, request: Request
     metrics::counter!(metric, "route" => route, "status" => response.status().as_u16().to_string()).increment(1);
     response
 }
-/// `/metrics` (Prometheus text). Never behind the bearer token: probes and scrapers don't hold it.
+/// Gauge: 1 when the service's readiness check passed at the last scrape of `/metrics`, else 0
+/// (what alerting reads: `/readyz` answers probes, which Prometheus does not keep).
+pub const READY: &str = "qim_ready";
+
+/// How long a scrape waits for the readiness check before it reports the service not ready.
+const READY_AT_SCRAPE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `/healthz` (the process answers), `/readyz` (`ready` runs: 200, or 503 with the reason) and
+/// `/metrics` (Prometheus text; each scrape runs `ready` first, bounded by two seconds, and
+/// reports it as [`READY`]). Never behind the bearer token: probes and scrapers don't hold it.
 pub fn operational_routes(metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
+    metrics::describe_gauge!(READY, "1 when the service's readiness check passed at this scrape, else 0.");
+    let ready_at_scrape = ready.clone();
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route(
@@ -115,7 +125,17 @@ pub fn operational_routes(metrics: PrometheusHandle, ready: ReadinessCheck) -> R
                 }
             }),
         )
-        .route("/metrics", get(move || std::future::ready(metrics.render())))
+        .route(
+            "/metrics",
+            get(move || {
+                let (ready, metrics) = (ready_at_scrape.clone(), metrics.clone());
+                async move {
+                    let passed = matches!(tokio::time::timeout(READY_AT_SCRAPE_TIMEOUT, ready()).await, Ok(Ok(())));
+                    metrics::gauge!(READY).set(if passed { 1.0 } else { 0.0 });
+                    metrics.render()
+                }
+            }),
+        )
 }
 
 #[cfg(test)]

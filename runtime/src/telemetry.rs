@@ -7,18 +7,44 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 /// Latency buckets (seconds) for every `*_seconds` histogram: 0.5 ms to 10 s.
 const LATENCY_BUCKETS: &[f64] = &[0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0];
 
-/// Installs the log subscriber with `filter` (`QIM_LOG`, `EnvFilter` syntax), writing to
-/// stdout, coloured only when stdout is a terminal (a file or a log collector gets plain text).
-/// Safe to call twice (tests): the second call keeps the first subscriber.
-pub fn init_logs(filter: &str) -> Result<(), String> {
+/// How log lines are written (`QIM_LOG_FORMAT`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One human-readable line per event, coloured only on a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line (`timestamp`, `level`, `fields` with `message`, and the span
+    /// fields), for log collectors.
+    Json,
+}
+
+/// What [`init_logs`] installs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSettings {
+    /// The filter (`QIM_LOG`, `EnvFilter` syntax).
+    pub filter: String,
+    /// The line format.
+    pub format: LogFormat,
+}
+
+impl LogSettings {
+    /// Text lines with `filter`.
+    pub fn text(filter: &str) -> Self {
+        Self { filter: filter.to_owned(), format: LogFormat::Text }
+    }
+}
+
+/// Installs the log subscriber of `settings`, writing to stdout. Safe to call twice (tests): the
+/// second call keeps the first subscriber.
+pub fn init_logs(settings: &LogSettings) -> Result<(), String> {
     use std::io::IsTerminal;
-    let filter = tracing_subscriber::EnvFilter::try_new(filter).map_err(|e| format!("QIM_LOG={filter:?}: {e}"))?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_writer(std::io::stdout)
-        .with_ansi(std::io::stdout().is_terminal())
-        .try_init();
+    let filter = tracing_subscriber::EnvFilter::try_new(&settings.filter)
+        .map_err(|e| format!("QIM_LOG={:?}: {e}", settings.filter))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_writer(std::io::stdout);
+    let _ = match settings.format {
+        LogFormat::Text => builder.with_ansi(std::io::stdout().is_terminal()).try_init(),
+        LogFormat::Json => builder.json().with_current_span(false).try_init(),
+    };
     Ok(())
 }
 

@@ -108,8 +108,8 @@ pub struct WriterConfig {
     pub recovery_interval: Duration,
     /// Who may call `/v1`, and how often.
     pub auth: AuthConfig,
-    /// Log filter.
-    pub log: String,
+    /// Log filter and format.
+    pub log: qim_runtime::telemetry::LogSettings,
     /// How long start-up steps may keep retrying their servers.
     pub startup_timeout: Duration,
 }
@@ -138,7 +138,7 @@ impl Environment for WriterEnv {
             recovery_grace: w.recovery_grace_secs.secs(),
             recovery_interval: w.recovery_interval_secs.secs(),
             auth: self.auth.config()?,
-            log: self.common.log.clone(),
+            log: self.common.log_settings(),
             startup_timeout: self.common.startup_timeout_secs.secs(),
         })
     }

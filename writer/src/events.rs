@@ -9,6 +9,7 @@ use qim_store::ids::MessageId;
 
 use crate::metrics::{
     AUX_COLLECTED, COMMITS, COMMIT_STAGE_SECONDS, EXPIRY_DRAINED, IN_FLIGHT, KAFKA_DELIVERY_ERRORS, RECOVERY_ACTIONS,
+    RECOVERY_BACKLOG,
 };
 
 /// A send was answered.
@@ -86,6 +87,23 @@ impl InternalEvent for CommitRecovered<'_> {
                 counter!(RECOVERY_ACTIONS, "action" => "failed").increment(1);
                 tracing::warn!(%message_id, from_state, %error, "recovering a commit failed, retrying next pass");
             }
+        }
+    }
+}
+
+/// A recovery pass ended: of the commits it found past the grace, `left` are still unfinished.
+pub struct RecoveryPassDone {
+    /// Commits the pass found due.
+    pub found: usize,
+    /// Of those, the ones it could not drive to COMMITTED.
+    pub left: usize,
+}
+
+impl InternalEvent for RecoveryPassDone {
+    fn emit(self) {
+        gauge!(RECOVERY_BACKLOG).set(self.left as f64);
+        if self.found > 0 {
+            tracing::debug!(found = self.found, left = self.left, "recovery pass done");
         }
     }
 }

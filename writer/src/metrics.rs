@@ -11,6 +11,9 @@ pub const COMMIT_STAGE_SECONDS: &str = "qim_writer_commit_stage_seconds";
 pub const IN_FLIGHT: &str = "qim_writer_commits_in_flight";
 /// Counter, label `action`: `completed` (a left-behind commit driven to COMMITTED), `failed`.
 pub const RECOVERY_ACTIONS: &str = "qim_writer_recovery_actions_total";
+/// Gauge: commits the last recovery pass found due (reserved more than the grace ago, not
+/// COMMITTED) and could not drive to COMMITTED; stays above 0 while recovery keeps failing.
+pub const RECOVERY_BACKLOG: &str = "qim_writer_recovery_backlog";
 /// Counter: expired history records drained from the hot tier.
 pub const EXPIRY_DRAINED: &str = "qim_writer_expiry_drained_total";
 /// Counter: committed-commit auxiliary facts collected.
@@ -29,8 +32,18 @@ pub fn describe() {
     describe_histogram!(COMMIT_STAGE_SECONDS, Unit::Seconds, "Commit latency by state-machine stage.");
     describe_gauge!(IN_FLIGHT, "Commits in flight.");
     describe_counter!(RECOVERY_ACTIONS, "Commits the recovery loop drove forward, by result.");
+    describe_gauge!(RECOVERY_BACKLOG, "Commits past the recovery grace the last recovery pass left unfinished.");
     describe_counter!(EXPIRY_DRAINED, "Expired history records removed from the hot tier.");
     describe_counter!(AUX_COLLECTED, "Auxiliary facts of committed commits collected.");
     describe_counter!(KAFKA_DELIVERY_ERRORS, "Kafka deliveries that failed or timed out.");
     describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status.");
+    // Series the alert rules (deploy/observability/alerts.yml) read, present from the start so
+    // that their first increase is seen as one.
+    metrics::gauge!(RECOVERY_BACKLOG).set(0.0);
+    metrics::counter!(KAFKA_DELIVERY_ERRORS).increment(0);
+    metrics::counter!(qim_store::metrics::SEQ_LEASES, "step" => "revalidated").increment(0);
+    metrics::counter!(qim_store::metrics::RECORDS_RESTORED).increment(0);
+    for action in ["completed", "failed"] {
+        metrics::counter!(RECOVERY_ACTIONS, "action" => action).increment(0);
+    }
 }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::committer::DurableMessageCommitter;
 
-use crate::events::{AuxCollected, CommitRecovered};
+use crate::events::{AuxCollected, CommitRecovered, RecoveryPassDone};
 
 /// Commits read per scan.
 const SCAN_BATCH: usize = 256;
@@ -46,6 +46,7 @@ pub async fn recover_once(
             return report;
         }
     };
+    let found = commits.len();
     for commit in commits {
         let state = commit.state.as_str();
         let message_id = commit.intent.message_id;
@@ -60,6 +61,7 @@ pub async fn recover_once(
             }
         }
     }
+    emit(RecoveryPassDone { found, left: report.failed });
     match store.gc_committed_auxiliary(GC_BATCH).await {
         Ok(gc) => emit(AuxCollected { removed: gc.removed }),
         Err(e) => tracing::warn!(error = %e, "collecting committed auxiliary facts failed"),

@@ -7,7 +7,8 @@ use crate::support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use qim_archiver::replay::{replay, Start, Summary};
+use qim_archiver::replay::{replay, Summary};
+use qim_runtime::kafka::replay::Start;
 use qim_store::ids::{ConversationId, TenantId, UnixMillis};
 use qim_store::message::MessageRecord;
 use qim_store::retention::{RetentionClass, RetentionPolicy};

@@ -70,7 +70,7 @@ pub async fn config(topic: &str, dlq: &str, policy: RetentionPolicy) -> Archiver
         hole_grace: Duration::from_secs(600),
         trim_interval: Duration::from_secs(1),
         http_addr: "127.0.0.1:0".parse().unwrap(),
-        log: "warn".to_owned(),
+        log: qim_runtime::telemetry::LogSettings::text("warn"),
         startup_timeout: std::time::Duration::from_secs(30),
     }
 }

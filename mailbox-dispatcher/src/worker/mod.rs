@@ -16,6 +16,7 @@
 
 mod lost_state;
 pub mod pipeline;
+pub mod readable;
 pub mod resync;
 pub mod steps;
 pub mod window;

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use qim_runtime::events::emit;
+use qim_store::ids::UnixMillis;
 use qim_store::mailbox::{ChunkId, LaneId, LaneWatermark, ShardFence, ShardId, CHUNK_MAX_RECIPIENTS, LANES};
 use qim_store::{ErrorKind, StoreResult};
 use rdkafka::consumer::Consumer;
@@ -41,11 +42,14 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::readable::Readability;
 use super::resync::{next_after, seek_back, Arrival, Resync};
 use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
 use super::window::Window;
 
-use crate::events::{DispatchesCollected, LaneWatermarkLag, WatermarkAdvanceFailed, WatermarkAdvanced};
+use crate::events::{
+    DispatchesCollected, LaneWatermarkLag, MessageReadable, WatermarkAdvanceFailed, WatermarkAdvanced,
+};
 
 /// Most records in flight per shard.
 pub const MAX_WINDOW_RECORDS: usize = 1024;
@@ -85,6 +89,7 @@ pub struct Pipeline {
     revoked: CancellationToken,
     shutdown: CancellationToken,
     pub(super) window: Window,
+    readable: Readability,
     to_begin: VecDeque<Record>,
     beginning: HashSet<Vec<u8>>,
     lanes: Vec<VecDeque<ChunkJob>>,
@@ -135,6 +140,7 @@ impl Pipeline {
             revoked,
             shutdown,
             window: Window::default(),
+            readable: Readability::default(),
             to_begin: VecDeque::new(),
             beginning: HashSet::new(),
             lanes: (0..LANE_COUNT).map(|_| VecDeque::new()).collect(),
@@ -376,6 +382,9 @@ impl Pipeline {
                     self.dirty = true;
                     return;
                 }
+                if completed.is_none() {
+                    self.readable.observed(offset, manifest.message.created_at);
+                }
                 let done: HashSet<ChunkId> = completed.unwrap_or_default().into_iter().collect();
                 let sizes = manifest.lane_sizes();
                 let counts = sizes.map(|n| n.div_ceil(CHUNK_MAX_RECIPIENTS) as u32);
@@ -467,6 +476,12 @@ impl Pipeline {
     /// [`Window::storable`]), unless the partition was revoked.
     fn store_passed(&mut self) {
         let passed = self.advanced.iter().copied().min().flatten();
+        if let Some(passed) = passed {
+            let now = UnixMillis::now();
+            for created_at in self.readable.passed(passed) {
+                emit(MessageReadable { since_created: Duration::from_millis((now.0 - created_at.0).max(0) as u64) });
+            }
+        }
         let Some(last) = self.window.storable(passed) else { return };
         if self.stopped() {
             return;

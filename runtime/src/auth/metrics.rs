@@ -14,4 +14,12 @@ pub fn describe() {
     describe_counter!(AUTH_REJECTED, "API requests refused 401, by reason.");
     describe_counter!(RATE_LIMITED, "API requests refused 429, by the limit they were over.");
     describe_gauge!(RATE_LIMIT_PER_SECOND, "Configured API requests per second, by limit (0: unlimited).");
+    // Present from the start, so dashboards show 0 and an alert sees the first refusal as an
+    // increase.
+    for reason in super::verifier::Rejection::REASONS {
+        metrics::counter!(AUTH_REJECTED, "reason" => reason).increment(0);
+    }
+    for limit in ["tenant", "user"] {
+        metrics::counter!(RATE_LIMITED, "limit" => limit).increment(0);
+    }
 }

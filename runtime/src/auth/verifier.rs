@@ -69,6 +69,9 @@ pub enum Rejection {
 }
 
 impl Rejection {
+    /// Every value [`Self::reason`] gives.
+    pub const REASONS: [&'static str; 5] = ["missing", "bad_signature", "expired", "wrong_issuer", "bad_claims"];
+
     /// The `reason` label.
     pub const fn reason(&self) -> &'static str {
         match self {
@@ -226,6 +229,18 @@ mod tests {
 
     use super::*;
     use crate::auth::Scope;
+
+    #[test]
+    fn every_rejection_reason_is_listed() {
+        let all = [
+            Rejection::Missing,
+            Rejection::BadSignature,
+            Rejection::Expired,
+            Rejection::WrongIssuer,
+            Rejection::BadClaims(String::new()),
+        ];
+        assert_eq!(all.map(|r| r.reason()), Rejection::REASONS);
+    }
 
     const TENANT: &str = "000000000000000000000000000000aa";
     const USER: &str = "000000000000000000000000000000bb";

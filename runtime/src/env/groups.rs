@@ -105,9 +105,19 @@ pub struct CommonArgs {
     /// Log filter in `tracing_subscriber::EnvFilter` syntax.
     #[arg(long, verbatim_doc_comment, env = "QIM_LOG", default_value = "info")]
     pub log: String,
+    /// Log lines as `text` (human-readable) or `json` (one object per line, for log collectors).
+    #[arg(long, verbatim_doc_comment, env = "QIM_LOG_FORMAT", default_value = "text", value_enum)]
+    pub log_format: crate::telemetry::LogFormat,
     /// Seconds start-up waits for Redis, Scylla and Kafka to answer, retrying each step with backoff; a step that can not succeed by retrying (an unmigrated keyspace, a topic with the wrong partitions) fails at once.
     #[arg(long, verbatim_doc_comment, env = "QIM_STARTUP_TIMEOUT_SECS", default_value = "120", value_parser = whole(1, 3600))]
     pub startup_timeout_secs: Whole,
+}
+
+impl CommonArgs {
+    /// The log settings these arguments name.
+    pub fn log_settings(&self) -> crate::telemetry::LogSettings {
+        crate::telemetry::LogSettings { filter: self.log.clone(), format: self.log_format }
+    }
 }
 
 fn redis_url(value: &str) -> Result<String, String> {

@@ -13,7 +13,9 @@ use rdkafka::producer::{FutureProducer, Producer};
 use qim_store::topic::{HEADER_DLQ_DETAIL, HEADER_DLQ_REASON, HEADER_DLQ_SOURCE};
 
 pub mod consumer;
+pub mod dlq;
 pub mod messages;
+pub mod replay;
 
 /// How long a produced record may wait for the broker's acknowledgement before its delivery
 /// fails (`message.timeout.ms`; the caller retries or reports it).

@@ -29,7 +29,7 @@ pub use env::{PipelineEnv, RUN_DIR_ENV};
 pub use pipeline::Pipeline;
 pub use process::Service;
 pub use qim_testkit::metrics::{Exposition, Histogram};
-pub use state::{recreate_keyspace, rewind_group, run_command, wipe_redis_namespace};
+pub use state::{recreate_keyspace, reset_group_with_kafka_tool, run_command, wipe_redis_namespace};
 
 /// One of the three services.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -1,16 +1,12 @@
-//! Destroying and rewinding a run's state, for the replay/rebuild and fault tests.
+//! Destroying and resetting a run's state, for the replay/rebuild and fault tests.
 
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 
 use super::{PipelineEnv, ServiceBinaries, ServiceKind};
 use crate::stack;
-
-const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Deletes every Redis key of the run's namespace (`<ns>:*`, the hot tier, commit state, seq
 /// counters and leases, the member cache, mailboxes, watermarks) at one instant
@@ -37,29 +33,39 @@ pub async fn recreate_keyspace(env: &PipelineEnv) -> anyhow::Result<()> {
     env.migrate().await
 }
 
-/// Commits each partition's low watermark for `group` on `topic`, so the group's next member
-/// starts from the earliest offset. The group must have no live member.
+/// Resets `group`'s offsets in `topic` to the earliest with Kafka's own tool,
+/// `kafka-consumer-groups --reset-offsets --to-earliest --execute` (its `ConsumerGroupCommand`,
+/// run from the local stack's Kafka jars), as an operator would. Returns the tool's output.
 ///
 /// # Errors
 ///
-/// Kafka does not answer, or refuses the commit (a member is still live).
-pub async fn rewind_group(brokers: &str, group: &str, topic: &str) -> anyhow::Result<()> {
-    let mut config = stack::kafka_config();
-    config.set("bootstrap.servers", brokers).set("group.id", group).set("enable.auto.commit", "false");
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || -> anyhow::Result<()> {
-        let consumer: BaseConsumer = config.create()?;
-        let metadata = consumer.fetch_metadata(Some(&topic), KAFKA_TIMEOUT)?;
-        let mut tpl = TopicPartitionList::new();
-        for p in metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())) {
-            let (low, _) = consumer.fetch_watermarks(&topic, p, KAFKA_TIMEOUT)?;
-            tpl.add_partition_offset(&topic, p, Offset::Offset(low))?;
-        }
-        consumer.commit(&tpl, CommitMode::Sync).context("committing the earliest offsets")?;
-        Ok(())
-    })
-    .await
-    .context("the rewind task panicked")?
+/// Java or the stack's Kafka jars are missing (`deploy/local/stack up` fetches them), or the
+/// tool failed (a live member, Kafka down): the error carries its output.
+pub async fn reset_group_with_kafka_tool(brokers: &str, group: &str, topic: &str) -> anyhow::Result<String> {
+    let cache = std::env::var_os("QIM_STACK_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        let home = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache")
+        });
+        home.join("qim-stack")
+    });
+    let lib = std::fs::read_dir(&cache)
+        .with_context(|| format!("reading the stack's cache {}", cache.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("lib"))
+        .find(|lib| lib.parent().and_then(|d| d.file_name()).is_some_and(|n| n.to_string_lossy().starts_with("kafka-")))
+        .with_context(|| format!("no kafka-*/lib under {} (deploy/local/stack up fetches it)", cache.display()))?;
+    let output = tokio::process::Command::new("java")
+        .arg("-cp")
+        .arg(format!("{}/*", lib.display()))
+        .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
+        .args(["--bootstrap-server", brokers, "--group", group, "--topic", topic])
+        .args(["--reset-offsets", "--to-earliest", "--execute"])
+        .output()
+        .await
+        .context("running java")?;
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    anyhow::ensure!(output.status.success(), "kafka-consumer-groups --reset-offsets for {group} failed:\n{text}");
+    Ok(text)
 }
 
 /// Runs `kind`'s binary once with `args` (e.g. `["replay", "--from", "earliest"]`) in the run's

@@ -5,6 +5,8 @@
 
 mod checker;
 mod compose_config;
+mod dlq;
+mod observability;
 mod readme_config;
 mod redis_cluster;
 mod redis_loss;

@@ -3,18 +3,24 @@
 //! keyspace (archive, seq high-water marks, membership) are wiped: a disaster only the topic
 //! survives. The writer restarts and is ready at once (it reads nothing from the topic). The
 //! archive is rebuilt by `qim-archiver replay --from earliest`, which also raises every
-//! conversation's seq high-water mark to its highest replayed seq; the mailboxes by the
-//! dispatcher re-reading both topics from the earliest offset. Sends afterwards get seqs above
+//! conversation's seq high-water mark to its highest replayed seq; the mailboxes by
+//! `qim-mailbox-dispatcher replay --from earliest` (both of its groups from the earliest
+//! offsets, the dispatch topic's first records giving every entry its old seq). Sends afterwards get seqs above
 //! every earlier one (each conversation's first send revalidates its lease against the replayed
 //! mark and writes its recent history back into the hot tier); every acknowledged message is
 //! served by the writer's history API; the checker accepts.
+//!
+//! Kafka's own tool: the archiver's and the dispatcher's groups reset to the earliest offsets by
+//! `kafka-consumer-groups --reset-offsets` while the services are stopped make them go through
+//! both topics again when they restart, which changes nothing (README: replay), as the checker
+//! confirms.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use qim_tests::checker::{self, CheckInput};
 use qim_tests::services::{
-    recreate_keyspace, rewind_group, run_command, wipe_redis_namespace, Pipeline, PipelineEnv, Service,
+    recreate_keyspace, reset_group_with_kafka_tool, run_command, wipe_redis_namespace, Pipeline, PipelineEnv, Service,
     ServiceBinaries, ServiceKind,
 };
 use qim_tests::workload::{self, Plan, PlannedSend};
@@ -56,11 +62,9 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     let log = strip_ansi(&std::fs::read_to_string(writer.log_path()).unwrap());
     assert!(!log.contains("unarchived tail scanned"), "no topic read before the first send: {log}");
 
-    // Rebuild: the archive by replay, the mailboxes by rewinding the dispatcher's groups.
+    // Rebuild the archive by replay (the mailboxes once the members are back, below).
     let out = run_command(ServiceKind::Archiver, &bins, &env, &["replay", "--from", "earliest"]).await.expect("replay");
     assert!(out.contains(&format!("replayed {} records", first.acks.len())), "{out}");
-    rewind_group(&env.kafka_brokers, &format!("{}.router", env.dispatcher_group), &env.messages_topic).await.unwrap();
-    rewind_group(&env.kafka_brokers, &format!("{}.shards", env.dispatcher_group), &env.dispatch_topic).await.unwrap();
 
     // More sends in the same conversations (the workload adds the members again first: the
     // membership table went with the keyspace): no seq may be reissued, though Redis and the
@@ -85,6 +89,14 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
             a.conversation
         );
     }
+
+    // The mailboxes: both of the dispatcher's groups from the earliest offsets, up to where the
+    // topics end now (the sends after the wipe included).
+    let out =
+        run_command(ServiceKind::Dispatcher, &bins, &env, &["replay", "--from", "earliest"]).await.expect("replay");
+    let sent = first.acks.len() + second.acks.len();
+    println!("qim-mailbox-dispatcher replay --from earliest: {out}");
+    assert!(out.contains(&format!("replayed {sent} messages (router)")), "{out}");
 
     let archiver = Service::start(ServiceKind::Archiver, &bins, &env, &[]).await.expect("the archiver starts");
     let dispatcher = Service::start(ServiceKind::Dispatcher, &bins, &env, &[]).await.expect("the dispatcher starts");
@@ -119,5 +131,39 @@ async fn wiped_redis_and_archive_are_rebuilt_from_the_topic_and_no_seq_is_reissu
     let sent_after: std::collections::HashSet<&str> = second.acks.iter().map(|a| a.conversation.as_str()).collect();
     let restored = first.acks.iter().filter(|a| sent_after.contains(a.conversation.as_str())).count();
     assert!(verdict.counts.hot >= restored + second.acks.len(), "{verdict}");
+    assert_eq!(verdict.counts.mailbox_entries, verdict.counts.expected_mailbox_entries);
+}
+
+/// `kafka-consumer-groups --reset-offsets --to-earliest` on every group of the archiver and the
+/// dispatcher while they are stopped: restarted, they go through both topics again, and the
+/// archive and the mailboxes stay exactly as they were (the checker accepts; no entry moved).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_reset_by_kafkas_own_tool_while_stopped_change_nothing() {
+    let bins = ServiceBinaries::locate().expect("service binaries");
+    let env = PipelineEnv::fresh("reset").await.expect("a fresh run (is the stack up?)");
+    let pipeline = Pipeline::start(&bins, &env).await.expect("the pipeline starts");
+    let plan = Plan::generate(37, 80, 4, &[20], 0);
+    let report = workload::run(pipeline.writer.base_url(), None, &plan, 8, true).await.expect("the workload runs");
+    pipeline.converge(&report.acks, Duration::from_secs(90)).await.expect("converges");
+    pipeline.stop().await.expect("clean stop");
+
+    let groups = [
+        (env.archiver_group.clone(), &env.messages_topic),
+        (format!("{}.router", env.dispatcher_group), &env.messages_topic),
+        (format!("{}.shards", env.dispatcher_group), &env.dispatch_topic),
+    ];
+    for (group, topic) in &groups {
+        let out =
+            reset_group_with_kafka_tool(&env.kafka_brokers, group, topic).await.expect("the tool resets the group");
+        assert!(out.contains(group.as_str()), "the tool names the group it reset: {out}");
+    }
+
+    let pipeline = Pipeline::start(&bins, &env).await.expect("the pipeline starts again");
+    pipeline.converge(&report.acks, Duration::from_secs(90)).await.expect("converges after the reset");
+    pipeline.stop().await.expect("clean stop");
+    let input = CheckInput::new(env.clone(), &plan, report.acks.clone(), report.retries_mismatched);
+    let verdict = checker::check(&input).await.expect("the checker reads everything");
+    println!("{verdict}");
+    assert!(verdict.is_ok(), "{verdict}");
     assert_eq!(verdict.counts.mailbox_entries, verdict.counts.expected_mailbox_entries);
 }

@@ -78,7 +78,7 @@ pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
         recovery_grace: Duration::from_secs(1),
         recovery_interval: Duration::from_secs(1),
         auth: test_auth(),
-        log: "warn".to_owned(),
+        log: qim_runtime::telemetry::LogSettings::text("warn"),
         startup_timeout: std::time::Duration::from_secs(30),
     }
 }

@@ -106,7 +106,7 @@ pub struct Fixture {
 impl Fixture {
     pub async fn new(kind: Kind) -> Self {
         if let Ok(filter) = std::env::var("TEST_LOG") {
-            let _ = qim_runtime::telemetry::init_logs(&filter);
+            let _ = qim_runtime::telemetry::init_logs(&qim_runtime::telemetry::LogSettings::text(&filter));
         }
         let name = unique("disp");
         let kafka = KafkaConfig {
@@ -140,7 +140,7 @@ impl Fixture {
             advance_every: Duration::from_millis(100),
             http_addr: "127.0.0.1:0".parse().unwrap(),
             auth: test_auth(),
-            log: "warn".to_owned(),
+            log: qim_runtime::telemetry::LogSettings::text("warn"),
             startup_timeout: std::time::Duration::from_secs(30),
         };
         let producer = ClientConfig::new()

@@ -238,7 +238,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         hole_grace: Duration::from_secs(600),
         trim_interval: Duration::from_secs(30),
         http_addr: "127.0.0.1:0".parse()?,
-        log: "warn".to_owned(),
+        log: qim_runtime::telemetry::LogSettings::text("warn"),
         startup_timeout: std::time::Duration::from_secs(30),
     };
     let archiver = drain(config, args.count).await?;

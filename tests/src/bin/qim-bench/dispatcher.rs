@@ -256,7 +256,7 @@ async fn measure_in(kind: &str, w: &World, args: &Args) -> anyhow::Result<serde_
         advance_every: Duration::from_millis(250),
         http_addr: "127.0.0.1:0".parse()?,
         auth: qim_runtime::auth::AuthConfig::disabled(),
-        log: "warn".to_owned(),
+        log: qim_runtime::telemetry::LogSettings::text("warn"),
         startup_timeout: std::time::Duration::from_secs(30),
     };
     let metrics = qim_runtime::telemetry::install_metrics();

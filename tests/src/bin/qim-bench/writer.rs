@@ -266,7 +266,7 @@ pub fn writer_config(
         recovery_grace: Duration::from_secs(30),
         recovery_interval: Duration::from_secs(5),
         auth: qim_runtime::auth::AuthConfig::disabled(),
-        log: "warn".to_owned(),
+        log: qim_runtime::telemetry::LogSettings::text("warn"),
         startup_timeout: Duration::from_secs(60),
     })
 }
