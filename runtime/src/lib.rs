@@ -23,6 +23,7 @@ pub mod env;
 pub mod events;
 pub mod http;
 pub mod kafka;
+pub mod openapi;
 pub mod retry;
 pub mod shutdown;
 pub mod startup;

@@ -7,10 +7,12 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
+use qim_runtime::openapi::ErrorBody;
 use qim_store::ids::{TenantId, UserId};
 use qim_store::mailbox::{lane_of, shard_of, EventGroup, MailboxSeq};
 use qim_store::StoreError;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::ApiState;
 
@@ -18,12 +20,16 @@ use super::ApiState;
 pub const MAX_LIMIT: usize = 1_000;
 
 /// Query of a mailbox page.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct RangeParams {
-    /// Resume after this cursor; absent = from the earliest available entry.
+    /// Resume after this cursor (`epoch:position`); absent = from the earliest available entry.
+    #[param(pattern = "^[0-9]+:[0-9]+$")]
     after: Option<String>,
+    /// Events at most (whole entries; the first may exceed it).
     #[serde(default = "default_limit")]
+    #[param(default = 100, minimum = 1, maximum = 1000)]
     limit: usize,
 }
 
@@ -32,19 +38,20 @@ const fn default_limit() -> usize {
 }
 
 /// One message an event announces.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct MessageView {
     tenant: String,
     conversation: String,
     seq: u64,
     message_id: String,
     sender: String,
+    #[schema(value_type = String)]
     kind: &'static str,
     created_at: i64,
 }
 
 /// One event.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct EventView {
     ordinal: u16,
     event_id: String,
@@ -52,7 +59,7 @@ pub struct EventView {
 }
 
 /// One entry (event group) of the mailbox.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct EntryView {
     seq: String,
     expires_at: i64,
@@ -60,7 +67,7 @@ pub struct EntryView {
 }
 
 /// A mailbox page: resume with `after = covered`.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct PageView {
     entries: Vec<EntryView>,
     covered: String,
@@ -185,6 +192,22 @@ fn check_epoch(state: &ApiState, after: MailboxSeq) -> Result<(), MailboxError> 
 
 /// `GET /v1/tenants/{tenant}/users/{user}/mailbox`: entries after `after`, at most `limit`
 /// events (whole entries; the first may exceed it), never past what was delivered.
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/users/{user}/mailbox", tag = "mailbox",
+    params(
+        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
+        ("user" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The mailbox's owner"),
+        RangeParams,
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "OK", body = PageView),
+        (status = 400, description = "A malformed path, query, body or cursor", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Another user's or tenant's mailbox", body = ErrorBody),
+        (status = 410, description = "The cursor lies in an expired or trimmed region: resume from `error.earliest`", body = ErrorBody),
+        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+    ))]
 pub async fn range(
     State(state): State<ApiState>,
     caller: Caller,
@@ -216,20 +239,38 @@ pub async fn range(
 }
 
 /// Body of a truncate.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TruncateBody {
+    /// The last entry the client acknowledged (`epoch:position`), at most what was delivered.
+    #[schema(pattern = "^[0-9]+:[0-9]+$")]
     through: String,
 }
 
 /// The trim in force after a truncate.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct TrimView {
     trim: String,
 }
 
 /// `POST /v1/tenants/{tenant}/users/{user}/mailbox/truncate`: the client acknowledged every
 /// entry up to and including `through` (not past what was delivered); cursors below it expire.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/users/{user}/mailbox/truncate", tag = "mailbox", request_body = TruncateBody,
+    params(
+        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
+        ("user" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The mailbox's owner"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "OK", body = TrimView),
+        (status = 400, description = "A malformed path, query, body or cursor", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Another user's or tenant's mailbox", body = ErrorBody),
+        (status = 410, description = "The cursor lies in an expired or trimmed region: resume from `error.earliest`", body = ErrorBody),
+        (status = 415, description = "Not `application/json`", body = ErrorBody),
+        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+    ))]
 pub async fn truncate(
     State(state): State<ApiState>,
     caller: Caller,

@@ -24,8 +24,10 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use qim_runtime::auth::{authenticate, Authenticator};
 use qim_runtime::http::{count_requests, operational_routes, ReadinessCheck};
+use qim_runtime::openapi::BearerJwt;
 use qim_store::mailbox::ShardEpoch;
 use qim_store::MailboxStore;
+use utoipa::OpenApi;
 
 use crate::metrics::HTTP_REQUESTS;
 
@@ -43,7 +45,17 @@ pub struct ApiState {
     pub epoch: ShardEpoch,
 }
 
-/// The whole router: `/v1` behind `auth`, operational routes open.
+/// The OpenAPI document of the mailbox API.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "qim mailbox API", description = "Per-user mailboxes: read after a cursor, truncate (README: The mailbox dispatcher)."),
+    paths(mailbox::range, mailbox::truncate),
+    modifiers(&BearerJwt),
+    tags((name = "mailbox", description = "A user's mailbox")),
+)]
+pub struct MailboxApi;
+
+/// The whole router: `/v1` behind `auth`, operational routes and `/openapi.json` open.
 pub fn router(state: ApiState, auth: Arc<Authenticator>, metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
     let v1 = Router::new()
         .route("/v1/tenants/{tenant}/users/{user}/mailbox", get(mailbox::range))
@@ -51,5 +63,7 @@ pub fn router(state: ApiState, auth: Arc<Authenticator>, metrics: PrometheusHand
         .layer(middleware::from_fn_with_state(auth, authenticate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state);
-    v1.merge(operational_routes(metrics, ready)).layer(middleware::from_fn_with_state(HTTP_REQUESTS, count_requests))
+    v1.merge(operational_routes(metrics, ready))
+        .merge(qim_runtime::openapi::route(&MailboxApi::openapi()))
+        .layer(middleware::from_fn_with_state(HTTP_REQUESTS, count_requests))
 }

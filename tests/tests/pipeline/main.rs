@@ -3,6 +3,7 @@
 //! state (on private Redis servers) and the configuration documents. The fault suites
 //! (`faults_*`) kill shared servers and stay binaries of their own.
 
+mod api_spec;
 mod checker;
 mod compose_config;
 mod dlq;

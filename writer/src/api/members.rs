@@ -5,32 +5,41 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
+use qim_runtime::openapi::ErrorBody;
 use qim_store::ids::{ConversationId, TenantId, UserId};
 use qim_store::{MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL};
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::wire::{id, within};
 use super::ApiState;
 
 /// Body of add/remove.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UsersBody {
+    /// 1 to 1,000 users (32 hex digits each).
+    #[schema(min_items = 1, max_items = 1000, pattern = "^[0-9a-fA-F]{32}$")]
     users: Vec<String>,
 }
 
 /// Result of add/remove: how many changed.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct ChangedView {
     changed: usize,
 }
 
 /// Query of a members page.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PageParams {
+    /// Members after this user (32 hex digits; absent: from the first).
+    #[param(pattern = "^[0-9a-fA-F]{32}$")]
     after: Option<String>,
+    /// Members at most.
     #[serde(default = "default_limit")]
+    #[param(default = 1000, minimum = 1, maximum = 10000)]
     limit: usize,
 }
 
@@ -39,7 +48,7 @@ const fn default_limit() -> usize {
 }
 
 /// A page of members in byte order; `next_after` is set when more may follow.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct MembersView {
     members: Vec<String>,
     next_after: Option<String>,
@@ -56,6 +65,21 @@ fn users(body: Result<Json<UsersBody>, JsonRejection>) -> Result<Vec<UserId>, Ap
 }
 
 /// Adds members (scope `admin`); answers how many were new.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/conversations/{conversation}/members/add", tag = "members", request_body = UsersBody,
+    params(
+        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
+        ("conversation" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The conversation"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "OK", body = ChangedView),
+        (status = 400, description = "A malformed path, query or body", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "No admin scope of this tenant", body = ErrorBody),
+        (status = 415, description = "Not `application/json`", body = ErrorBody),
+        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+    ))]
 pub async fn add(
     State(state): State<ApiState>,
     caller: Caller,
@@ -69,6 +93,21 @@ pub async fn add(
 }
 
 /// Removes members (scope `admin`); answers how many were members.
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/conversations/{conversation}/members/remove", tag = "members", request_body = UsersBody,
+    params(
+        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
+        ("conversation" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The conversation"),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "OK", body = ChangedView),
+        (status = 400, description = "A malformed path, query or body", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "No admin scope of this tenant", body = ErrorBody),
+        (status = 415, description = "Not `application/json`", body = ErrorBody),
+        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+    ))]
 pub async fn remove(
     State(state): State<ApiState>,
     caller: Caller,
@@ -83,6 +122,21 @@ pub async fn remove(
 
 /// Lists members after `after`, at most `limit`: to a member (scope `read`), an admin or a
 /// gateway of the tenant.
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/conversations/{conversation}/members", tag = "members",
+    params(
+        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
+        ("conversation" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The conversation"),
+        PageParams,
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "OK", body = MembersView),
+        (status = 400, description = "A malformed path, query or body", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Not a member, an admin or a gateway of this tenant", body = ErrorBody),
+        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+    ))]
 pub async fn list(
     State(state): State<ApiState>,
     caller: Caller,

@@ -6,29 +6,44 @@ use axum::http::StatusCode;
 use axum::Json;
 use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
+use qim_runtime::openapi::ErrorBody;
 use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::message::{
     CommitKey, CommitRequest, Direction, HistoryQuery, MessageKind, MessageRecord, MAX_PAGE_ITEMS,
 };
 use qim_store::retention::RetentionClass;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::wire::{id, named, within};
 use super::ApiState;
 use crate::committer::CommitError;
 
 /// `POST /v1/messages`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendBody {
+    /// The tenant (32 hex digits).
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     tenant: String,
+    /// The conversation (32 hex digits).
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     conversation: String,
+    /// The sender, a member of the conversation (32 hex digits).
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     sender: String,
+    /// The client's id of this message: retries with it get the first answer.
+    #[schema(min_length = 1, max_length = 64, pattern = "^[!-~]+$")]
     client_message_id: String,
+    /// `normal`, `edited` or `control`.
     #[serde(default = "normal")]
+    #[schema(default = "normal", pattern = "^(normal|edited|control)$")]
     kind: String,
+    /// The message (UTF-8), at most `QIM_MAX_BODY_BYTES` bytes.
     body: String,
+    /// `default`, `ephemeral_24h`, `compliance_hold` or `tenant_custom`.
     #[serde(default = "default_retention")]
+    #[schema(default = "default", pattern = "^(default|ephemeral_24h|compliance_hold|tenant_custom)$")]
     retention: String,
 }
 
@@ -41,7 +56,7 @@ fn default_retention() -> String {
 }
 
 /// The answer to a send, given only at COMMITTED (and identically to every retry).
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct SendAnswer {
     message_id: String,
     conversation_seq: u64,
@@ -74,6 +89,19 @@ impl SendBody {
 }
 
 /// Commits one message from a member of the conversation; 200 with the committed coordinates.
+#[utoipa::path(post, path = "/v1/messages", tag = "messages", request_body = SendBody,
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "Committed; an identical retry gets the same answer", body = SendAnswer),
+        (status = 400, description = "A malformed body or field", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "The caller may not send as `sender`, or `sender` is not a member", body = ErrorBody),
+        (status = 409, description = "The client message id was used with other bytes", body = ErrorBody),
+        (status = 413, description = "The body is over the limit", body = ErrorBody),
+        (status = 415, description = "Not `application/json`", body = ErrorBody),
+        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable: retry the same request", body = ErrorBody),
+    ))]
 /// A caller that may not act as the sender, or a sender who is not a member, gets 403 before
 /// anything is reserved (no seq, record, Kafka record or mailbox entry).
 pub async fn send(
@@ -104,16 +132,27 @@ pub async fn send(
 }
 
 /// Query of a history page.
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct HistoryParams {
+    /// The reader, a member of the conversation (32 hex digits).
+    #[param(pattern = "^[0-9a-fA-F]{32}$")]
     viewer: String,
+    /// `older` (from the newest, or from before `anchor`) or `newer` (after `anchor`).
     #[serde(default = "older")]
+    #[param(default = "older", pattern = "^(older|newer)$")]
     direction: String,
+    /// The seq the page starts next to (excluded).
+    #[param(minimum = 0)]
     anchor: Option<u64>,
+    /// Records at most.
     #[serde(default = "default_items")]
+    #[param(default = 50, minimum = 1, maximum = 500)]
     max_items: usize,
+    /// Body bytes at most (a first record is always given whole).
     #[serde(default = "default_bytes")]
+    #[param(default = 1048576, minimum = 1, maximum = 67108864)]
     max_bytes: usize,
 }
 
@@ -128,13 +167,15 @@ const fn default_bytes() -> usize {
 }
 
 /// One history record as the API shows it.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct RecordView {
     seq: u64,
     message_id: String,
     sender: String,
     client_message_id: String,
+    #[schema(value_type = String)]
     kind: &'static str,
+    #[schema(value_type = String)]
     retention: &'static str,
     created_at: i64,
     expires_at: Option<i64>,
@@ -158,7 +199,7 @@ impl From<MessageRecord> for RecordView {
 }
 
 /// A history page.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct PageView {
     records: Vec<RecordView>,
     earliest_available: Option<u64>,
@@ -166,6 +207,21 @@ pub struct PageView {
 }
 
 /// Reads one page of a conversation's history for a member (the store asks the authorizer).
+#[utoipa::path(get, path = "/v1/tenants/{tenant}/conversations/{conversation}/messages", tag = "messages",
+    params(
+        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
+        ("conversation" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The conversation"),
+        HistoryParams,
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "A page, in the direction asked", body = PageView),
+        (status = 400, description = "A malformed path or query", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "The caller may not read as `viewer`, or `viewer` is not a member", body = ErrorBody),
+        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+    ))]
 pub async fn history(
     State(state): State<ApiState>,
     caller: Caller,

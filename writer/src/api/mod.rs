@@ -14,6 +14,9 @@
 //! input (`invalid_json`, `invalid_request`, `invalid_query`, `payload_too_large`,
 //! `unauthorized`, `forbidden`, `conflict`, `rate_limited`) and 503 `unavailable` when a
 //! backend is down.
+//!
+//! `GET /openapi.json` (no token) serves the OpenAPI 3.1 document of `/v1` ([`WriterApi`]),
+//! generated from the handlers' types.
 
 mod members;
 mod messages;
@@ -29,7 +32,9 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use qim_runtime::auth::{authenticate, Authenticator};
 use qim_runtime::http::{count_requests, operational_routes, ReadinessCheck};
+use qim_runtime::openapi::BearerJwt;
 use qim_store::{HistoryAuthorizer, MembershipStore, MessageStore};
+use utoipa::OpenApi;
 
 use crate::committer::DurableMessageCommitter;
 use crate::metrics::HTTP_REQUESTS;
@@ -52,7 +57,17 @@ pub struct ApiState {
     pub max_body_bytes: usize,
 }
 
-/// The whole router: `/v1` behind `auth`, operational routes open.
+/// The OpenAPI document of the writer's `/v1`.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "qim writer API", description = "Sends, history, unread summaries and membership (README: The writer)."),
+    paths(messages::send, messages::history, summaries::summaries, members::list, members::add, members::remove),
+    modifiers(&BearerJwt),
+    tags((name = "messages", description = "Sends and reads"), (name = "members", description = "Conversation membership")),
+)]
+pub struct WriterApi;
+
+/// The whole router: `/v1` behind `auth`, operational routes and `/openapi.json` open.
 pub fn router(state: ApiState, auth: Arc<Authenticator>, metrics: PrometheusHandle, ready: ReadinessCheck) -> Router {
     // JSON escaping can grow a body up to six-fold; the payload limit itself is checked after
     // decoding, so the transport limit only has to stop abuse.
@@ -67,5 +82,27 @@ pub fn router(state: ApiState, auth: Arc<Authenticator>, metrics: PrometheusHand
         .layer(middleware::from_fn_with_state(auth, authenticate))
         .layer(DefaultBodyLimit::max(transport_limit))
         .with_state(state);
-    v1.merge(operational_routes(metrics, ready)).layer(middleware::from_fn_with_state(HTTP_REQUESTS, count_requests))
+    v1.merge(operational_routes(metrics, ready))
+        .merge(qim_runtime::openapi::route(&WriterApi::openapi()))
+        .layer(middleware::from_fn_with_state(HTTP_REQUESTS, count_requests))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `/v1` route is in the document, and every id field carries the id pattern.
+    #[test]
+    fn the_document_covers_every_route_and_constrains_ids() {
+        let doc = serde_json::to_value(WriterApi::openapi()).expect("the document serialises");
+        let paths: Vec<&String> = doc["paths"].as_object().expect("paths").keys().collect();
+        assert_eq!(paths.len(), 6, "{paths:?}");
+        let users = &doc["components"]["schemas"]["UsersBody"]["properties"]["users"];
+        assert_eq!(users["items"]["pattern"], qim_runtime::openapi::ID_PATTERN, "{users}");
+        let send = &doc["components"]["schemas"]["SendBody"];
+        assert_eq!(send["additionalProperties"], false, "{send}");
+        for field in ["tenant", "conversation", "sender"] {
+            assert_eq!(send["properties"][field]["pattern"], qim_runtime::openapi::ID_PATTERN, "{field}");
+        }
+    }
 }

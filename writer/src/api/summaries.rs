@@ -5,9 +5,11 @@ use axum::extract::{Path, State};
 use axum::Json;
 use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
+use qim_runtime::openapi::ErrorBody;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::message::ReadPosition;
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::wire::{id, within};
 use super::ApiState;
@@ -16,24 +18,32 @@ use super::ApiState;
 const MAX_POSITIONS: usize = 500;
 
 /// `POST /v1/tenants/{tenant}/summaries`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SummariesBody {
+    /// The reader (32 hex digits), a member of every conversation named.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     viewer: String,
+    /// 1 to 500 conversations, each with what the reader has read.
+    #[schema(min_items = 1, max_items = 500)]
     positions: Vec<PositionBody>,
 }
 
 /// How far the viewer read one conversation.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PositionBody {
+    /// The conversation (32 hex digits).
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     conversation: String,
+    /// The highest seq the reader has read (0: none).
     #[serde(default)]
+    #[schema(default = 0, minimum = 0)]
     read_through: u64,
 }
 
 /// One conversation's summary.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct SummaryView {
     conversation: String,
     last_seq: Option<u64>,
@@ -42,12 +52,24 @@ pub struct SummaryView {
 }
 
 /// Summaries, in request order.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 pub struct SummariesView {
     summaries: Vec<SummaryView>,
 }
 
 /// Unread counts for the viewer's conversations (messages after `read_through` sent by others).
+#[utoipa::path(post, path = "/v1/tenants/{tenant}/summaries", tag = "messages", request_body = SummariesBody,
+    params(("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant")),
+    security(("bearer" = [])),
+    responses(
+        (status = 200, description = "One summary per position, in order", body = SummariesView),
+        (status = 400, description = "A malformed path, body or field", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "The caller may not read as `viewer`, or `viewer` is not a member of one", body = ErrorBody),
+        (status = 415, description = "Not `application/json`", body = ErrorBody),
+        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
+        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+    ))]
 pub async fn summaries(
     State(state): State<ApiState>,
     caller: Caller,
