@@ -22,9 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressStyle};
 use qim_runtime::kafka::consumer::Lease;
-use qim_runtime::kafka::replay::{plan, ReplayArgs, Start};
+use qim_runtime::kafka::replay::{plan, progress_bar, progress_reporter, ReplayArgs, Start};
 use qim_store::clock::{Clock, SystemClock};
 use rdkafka::consumer::Consumer;
 use rdkafka::{Offset, TopicPartitionList};
@@ -121,15 +120,8 @@ pub async fn main(args: &ReplayArgs, config: ArchiverConfig) -> anyhow::Result<(
     let shutdown = CancellationToken::new();
     qim_runtime::shutdown::cancel_on_signal(shutdown.clone());
     let began = Instant::now();
-    let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template("replay {wide_bar} {pos}/{len} records ({percent}%), {per_sec}, eta {eta}")
-            .map_err(anyhow::Error::msg)?,
-    );
-    let summary = replay(&config, start, &shutdown, |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    })
-    .await;
+    let bar = progress_bar();
+    let summary = replay(&config, start, &shutdown, progress_reporter(&bar)).await;
     bar.finish_and_clear();
     let summary = summary?;
     println!(

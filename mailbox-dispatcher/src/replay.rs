@@ -32,8 +32,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use indicatif::{ProgressBar, ProgressStyle};
-use qim_runtime::kafka::replay::{committed_offsets, plan, reset_group, ReplayArgs, Start};
+use qim_runtime::kafka::replay::{
+    committed_offsets, plan, progress_bar, progress_reporter, reset_group, ReplayArgs, Start,
+};
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::ClientConfig;
 use tokio_util::sync::CancellationToken;
@@ -168,15 +169,8 @@ pub async fn main(args: &ReplayArgs, config: DispatcherConfig) -> anyhow::Result
     let shutdown = CancellationToken::new();
     qim_runtime::shutdown::cancel_on_signal(shutdown.clone());
     let began = Instant::now();
-    let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template("replay {wide_bar} {pos}/{len} records ({percent}%), {per_sec}, eta {eta}")
-            .map_err(anyhow::Error::msg)?,
-    );
-    let summary = replay(config, args.start(), &shutdown, |done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    })
-    .await;
+    let bar = progress_bar();
+    let summary = replay(config, args.start(), &shutdown, progress_reporter(&bar)).await;
     bar.finish_and_clear();
     let summary = summary?;
     println!(

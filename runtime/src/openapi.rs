@@ -7,7 +7,7 @@ use axum::routing::get;
 use axum::Router;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::OpenApi;
-use utoipa::{Modify, ToSchema};
+use utoipa::{IntoResponses, Modify, ToSchema};
 
 /// A 32-hex-digit id (16 bytes), as every id in the APIs is written.
 pub const ID_PATTERN: &str = "^[0-9a-fA-F]{32}$";
@@ -30,6 +30,32 @@ pub struct ErrorDetail {
     #[schema(required = false)]
     pub earliest: Option<String>,
 }
+
+/// The refusals every `/v1` route may answer, each with an [`ErrorBody`].
+#[derive(IntoResponses)]
+pub enum Refusals {
+    /// A malformed path, query, body or field.
+    #[response(status = 400)]
+    BadRequest(ErrorBody),
+    /// No valid token.
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The token may not act as the user or tenant the request names, or the user is not a
+    /// member of the conversation.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// Over a rate limit (`Retry-After` says when to come back).
+    #[response(status = 429)]
+    RateLimited(ErrorBody),
+    /// A backend is unavailable: retry the same request.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// A route with a JSON body answers 415 to a request without `Content-Type: application/json`.
+#[derive(IntoResponses)]
+#[response(status = 415)]
+pub struct NotJson(pub ErrorBody);
 
 /// Adds the `bearer` security scheme (a JWT, see the README's Identity section) the operations
 /// name.

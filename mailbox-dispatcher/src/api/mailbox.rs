@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
-use qim_runtime::openapi::ErrorBody;
+use qim_runtime::openapi::{ErrorBody, NotJson, Refusals};
 use qim_store::ids::{TenantId, UserId};
 use qim_store::mailbox::{lane_of, shard_of, EventGroup, MailboxSeq};
 use qim_store::StoreError;
@@ -201,12 +201,8 @@ fn check_epoch(state: &ApiState, after: MailboxSeq) -> Result<(), MailboxError> 
     security(("bearer" = [])),
     responses(
         (status = 200, description = "OK", body = PageView),
-        (status = 400, description = "A malformed path, query, body or cursor", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Another user's or tenant's mailbox", body = ErrorBody),
+        Refusals,
         (status = 410, description = "The cursor lies in an expired or trimmed region: resume from `error.earliest`", body = ErrorBody),
-        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable", body = ErrorBody),
     ))]
 pub async fn range(
     State(state): State<ApiState>,
@@ -263,13 +259,9 @@ pub struct TrimView {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "OK", body = TrimView),
-        (status = 400, description = "A malformed path, query, body or cursor", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Another user's or tenant's mailbox", body = ErrorBody),
+        Refusals,
         (status = 410, description = "The cursor lies in an expired or trimmed region: resume from `error.earliest`", body = ErrorBody),
-        (status = 415, description = "Not `application/json`", body = ErrorBody),
-        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+        NotJson,
     ))]
 pub async fn truncate(
     State(state): State<ApiState>,

@@ -200,6 +200,23 @@ pub async fn committed_offsets(
     .await?
 }
 
+/// The bar every `replay` command shows while it works: records done of the total, the rate and
+/// the time left. Feed it with [`progress_reporter`]; clear it with `finish_and_clear`.
+pub fn progress_bar() -> indicatif::ProgressBar {
+    let template = "replay {wide_bar} {pos}/{len} records ({percent}%), {per_sec}, eta {eta}";
+    let style =
+        indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    indicatif::ProgressBar::new(0).with_style(style)
+}
+
+/// The `progress(done, total)` callback a replay reports through, moving `bar`.
+pub fn progress_reporter(bar: &indicatif::ProgressBar) -> impl FnMut(u64, u64) + '_ {
+    move |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,13 +5,13 @@ use axum::extract::{Path, Query, State};
 use axum::Json;
 use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
-use qim_runtime::openapi::ErrorBody;
-use qim_store::ids::{ConversationId, TenantId, UserId};
+use qim_runtime::openapi::{NotJson, Refusals};
+use qim_store::ids::UserId;
 use qim_store::{MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::wire::{id, within};
+use super::wire::{id, within, ConversationPath};
 use super::ApiState;
 
 /// Body of add/remove.
@@ -54,10 +54,6 @@ pub struct MembersView {
     next_after: Option<String>,
 }
 
-fn target(tenant: &str, conversation: &str) -> Result<(TenantId, ConversationId), ApiError> {
-    Ok((id("tenant", tenant, TenantId::from_hex)?, id("conversation", conversation, ConversationId::from_hex)?))
-}
-
 fn users(body: Result<Json<UsersBody>, JsonRejection>) -> Result<Vec<UserId>, ApiError> {
     let Json(body) = body?;
     within("users (count)", body.users.len(), 1, MAX_MEMBERS_PER_CALL)?;
@@ -67,26 +63,21 @@ fn users(body: Result<Json<UsersBody>, JsonRejection>) -> Result<Vec<UserId>, Ap
 /// Adds members (scope `admin`); answers how many were new.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/conversations/{conversation}/members/add", tag = "members", request_body = UsersBody,
     params(
-        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
-        ("conversation" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The conversation"),
+        ConversationPath,
     ),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "OK", body = ChangedView),
-        (status = 400, description = "A malformed path, query or body", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "No admin scope of this tenant", body = ErrorBody),
-        (status = 415, description = "Not `application/json`", body = ErrorBody),
-        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+        Refusals,
+        NotJson,
     ))]
 pub async fn add(
     State(state): State<ApiState>,
     caller: Caller,
-    Path((tenant, conversation)): Path<(String, String)>,
+    Path(path): Path<ConversationPath>,
     body: Result<Json<UsersBody>, JsonRejection>,
 ) -> Result<Json<ChangedView>, ApiError> {
-    let (tenant, conversation) = target(&tenant, &conversation)?;
+    let (tenant, conversation) = path.ids()?;
     caller.administer(tenant)?;
     let changed = state.members.add_members(tenant, conversation, &users(body)?).await?;
     Ok(Json(ChangedView { changed }))
@@ -95,26 +86,21 @@ pub async fn add(
 /// Removes members (scope `admin`); answers how many were members.
 #[utoipa::path(post, path = "/v1/tenants/{tenant}/conversations/{conversation}/members/remove", tag = "members", request_body = UsersBody,
     params(
-        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
-        ("conversation" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The conversation"),
+        ConversationPath,
     ),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "OK", body = ChangedView),
-        (status = 400, description = "A malformed path, query or body", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "No admin scope of this tenant", body = ErrorBody),
-        (status = 415, description = "Not `application/json`", body = ErrorBody),
-        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+        Refusals,
+        NotJson,
     ))]
 pub async fn remove(
     State(state): State<ApiState>,
     caller: Caller,
-    Path((tenant, conversation)): Path<(String, String)>,
+    Path(path): Path<ConversationPath>,
     body: Result<Json<UsersBody>, JsonRejection>,
 ) -> Result<Json<ChangedView>, ApiError> {
-    let (tenant, conversation) = target(&tenant, &conversation)?;
+    let (tenant, conversation) = path.ids()?;
     caller.administer(tenant)?;
     let changed = state.members.remove_members(tenant, conversation, &users(body)?).await?;
     Ok(Json(ChangedView { changed }))
@@ -124,27 +110,22 @@ pub async fn remove(
 /// gateway of the tenant.
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/conversations/{conversation}/members", tag = "members",
     params(
-        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
-        ("conversation" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The conversation"),
+        ConversationPath,
         PageParams,
     ),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "OK", body = MembersView),
-        (status = 400, description = "A malformed path, query or body", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Not a member, an admin or a gateway of this tenant", body = ErrorBody),
-        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+        Refusals,
     ))]
 pub async fn list(
     State(state): State<ApiState>,
     caller: Caller,
-    Path((tenant, conversation)): Path<(String, String)>,
+    Path(path): Path<ConversationPath>,
     params: Result<Query<PageParams>, QueryRejection>,
 ) -> Result<Json<MembersView>, ApiError> {
     let Query(p) = params?;
-    let (tenant, conversation) = target(&tenant, &conversation)?;
+    let (tenant, conversation) = path.ids()?;
     if !caller.oversees(tenant) {
         if let Some(user) = caller.own_user()? {
             caller.act_as(tenant, user, Scope::Read)?;

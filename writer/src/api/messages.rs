@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::Json;
 use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
-use qim_runtime::openapi::ErrorBody;
+use qim_runtime::openapi::{ErrorBody, NotJson, Refusals};
 use qim_store::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::message::{
     CommitKey, CommitRequest, Direction, HistoryQuery, MessageKind, MessageRecord, MAX_PAGE_ITEMS,
@@ -15,7 +15,7 @@ use qim_store::retention::RetentionClass;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::wire::{id, named, within};
+use super::wire::{id, named, within, ConversationPath};
 use super::ApiState;
 use crate::committer::CommitError;
 
@@ -93,14 +93,10 @@ impl SendBody {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "Committed; an identical retry gets the same answer", body = SendAnswer),
-        (status = 400, description = "A malformed body or field", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "The caller may not send as `sender`, or `sender` is not a member", body = ErrorBody),
+        Refusals,
         (status = 409, description = "The client message id was used with other bytes", body = ErrorBody),
         (status = 413, description = "The body is over the limit", body = ErrorBody),
-        (status = 415, description = "Not `application/json`", body = ErrorBody),
-        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable: retry the same request", body = ErrorBody),
+        NotJson,
     ))]
 /// A caller that may not act as the sender, or a sender who is not a member, gets 403 before
 /// anything is reserved (no seq, record, Kafka record or mailbox entry).
@@ -209,34 +205,30 @@ pub struct PageView {
 /// Reads one page of a conversation's history for a member (the store asks the authorizer).
 #[utoipa::path(get, path = "/v1/tenants/{tenant}/conversations/{conversation}/messages", tag = "messages",
     params(
-        ("tenant" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The tenant"),
-        ("conversation" = String, Path, pattern = "^[0-9a-fA-F]{32}$", description = "The conversation"),
+        ConversationPath,
         HistoryParams,
     ),
     security(("bearer" = [])),
     responses(
         (status = 200, description = "A page, in the direction asked", body = PageView),
-        (status = 400, description = "A malformed path or query", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "The caller may not read as `viewer`, or `viewer` is not a member", body = ErrorBody),
-        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+        Refusals,
     ))]
 pub async fn history(
     State(state): State<ApiState>,
     caller: Caller,
-    Path((tenant, conversation)): Path<(String, String)>,
+    Path(path): Path<ConversationPath>,
     params: Result<Query<HistoryParams>, QueryRejection>,
 ) -> Result<Json<PageView>, ApiError> {
     let Query(p) = params?;
+    let (tenant, conversation) = path.ids()?;
     let direction = match p.direction.as_str() {
         "older" => Direction::Older,
         "newer" => Direction::Newer,
         other => return Err(ApiError::invalid(format!("direction {other:?} is not one of older, newer"))),
     };
     let query = HistoryQuery {
-        tenant: id("tenant", &tenant, TenantId::from_hex)?,
-        conversation: id("conversation", &conversation, ConversationId::from_hex)?,
+        tenant,
+        conversation,
         viewer: id("viewer", &p.viewer, UserId::from_hex)?,
         direction,
         anchor: p.anchor.map(ConversationSeq),

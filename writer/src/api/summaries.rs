@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use qim_runtime::auth::{Caller, Scope};
 use qim_runtime::http::ApiError;
-use qim_runtime::openapi::ErrorBody;
+use qim_runtime::openapi::{NotJson, Refusals};
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UserId};
 use qim_store::message::ReadPosition;
 use serde::{Deserialize, Serialize};
@@ -63,12 +63,8 @@ pub struct SummariesView {
     security(("bearer" = [])),
     responses(
         (status = 200, description = "One summary per position, in order", body = SummariesView),
-        (status = 400, description = "A malformed path, body or field", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "The caller may not read as `viewer`, or `viewer` is not a member of one", body = ErrorBody),
-        (status = 415, description = "Not `application/json`", body = ErrorBody),
-        (status = 429, description = "Over a rate limit (`Retry-After`)", body = ErrorBody),
-        (status = 503, description = "A backend is unavailable", body = ErrorBody),
+        Refusals,
+        NotJson,
     ))]
 pub async fn summaries(
     State(state): State<ApiState>,

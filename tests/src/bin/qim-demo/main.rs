@@ -4,7 +4,7 @@
 //! the dispatcher to catch up, runs the invariant checker, stops the services and prints a
 //! summary. Exit 0: every invariant holds; 1: the checker found violations; 2: the demo failed.
 //!
-//! `qim-demo [--messages N] [--seed S] [--concurrency C]`
+//! `qim-demo [--messages N] [--seed S] [--concurrency C] [--prometheus-targets FILE]`
 
 mod figures;
 mod progress;
@@ -36,6 +36,12 @@ struct Args {
     /// Sends in flight at once.
     #[arg(long, default_value_t = 64, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     concurrency: usize,
+    /// Write the three services' `/metrics` addresses to FILE as Prometheus file-based service
+    /// discovery (jobs `qim-writer`, `qim-archiver`, `qim-mailbox-dispatcher`) once they are up,
+    /// and keep them running 20 s after the checker, for a last scrape
+    /// (`deploy/observability/dashboard-snapshot` uses it).
+    #[arg(long, value_name = "FILE")]
+    prometheus_targets: Option<std::path::PathBuf>,
 }
 
 async fn run() -> anyhow::Result<bool> {
@@ -46,6 +52,9 @@ async fn run() -> anyhow::Result<bool> {
     println!("    run {} (logs in {})", env.name, env.run_dir.display());
     println!("==> starting qim-writer, qim-archiver, qim-mailbox-dispatcher");
     let pipeline = Pipeline::start(&bins, &env).await?;
+    if let Some(file) = &a.prometheus_targets {
+        write_targets(file, &pipeline)?;
+    }
 
     let plan = Plan::generate(a.seed, a.messages, PAIRS, GROUP_SIZES, RETRY_EVERY);
     let members: usize = plan.conversations.iter().map(|c| c.members.len()).sum();
@@ -78,6 +87,10 @@ async fn run() -> anyhow::Result<bool> {
     let observed = checker::observe(&input, &expect).await?;
     let verdict = checker::rules::evaluate(&expect, &observed);
 
+    if a.prometheus_targets.is_some() {
+        println!("==> keeping the services up 20 s for the last scrapes");
+        tokio::time::sleep(Duration::from_secs(20)).await;
+    }
     println!("==> stopping the services (SIGTERM)");
     pipeline.stop().await?;
 
@@ -93,6 +106,19 @@ async fn run() -> anyhow::Result<bool> {
     println!("run files: {} (check again: qim-check {})", env.run_dir.display(), env.run_dir.display());
     println!("the services are stopped; the stack is still running: stop it with `deploy/local/stack down`");
     Ok(verdict.is_ok())
+}
+
+/// Prometheus file-based service discovery: one target group per service.
+fn write_targets(file: &std::path::Path, pipeline: &Pipeline) -> anyhow::Result<()> {
+    let group = |job: &str, url: &str| serde_json::json!({ "targets": [url.trim_start_matches("http://")], "labels": { "job": job } });
+    let groups = serde_json::json!([
+        group("qim-writer", pipeline.writer.base_url()),
+        group("qim-archiver", pipeline.archiver.base_url()),
+        group("qim-mailbox-dispatcher", pipeline.dispatcher.base_url()),
+    ]);
+    std::fs::write(file, serde_json::to_vec_pretty(&groups)?)?;
+    println!("    prometheus targets in {}", file.display());
+    Ok(())
 }
 
 #[tokio::main]
