@@ -4,8 +4,8 @@
 //! `qim-dlq-*` headers a refusal adds). Both are listed (and filtered), shown, re-driven with
 //! `--dry-run` (nothing appended) and for real (the dispatch record first, while the router is
 //! idle: a re-driven message makes it produce again): each lands on its source partition with a
-//! `qim-redriven-from` header, the consumers absorb it (same rows, same receipt), and the
-//! checker accepts the run.
+//! `qim-redriven-from` header (and, with `--to`, on a topic of the operator's choosing), the
+//! consumers absorb it (same rows, same receipt), and the checker accepts the run.
 
 use std::time::Duration;
 
@@ -125,11 +125,20 @@ async fn dead_letters_are_listed_shown_and_redriven_to_their_source() {
     assert_eq!(end_of(brokers, &env.messages_topic, mp), mhigh + 1, "appended to its source partition");
     let (key, value, headers) = read_at(brokers, &env.messages_topic, mp, mhigh);
     let (okey, ovalue, oheaders) = read_at(brokers, &env.messages_topic, mp, mhigh - 1);
-    assert_eq!((key, value), (okey, ovalue), "the original record, byte for byte");
+    assert_eq!((&key, &value), (&okey, &ovalue), "the original record, byte for byte");
     let from = dead_letter_source(&env.archiver_dlq_topic, 0, archived);
     assert!(headers.contains(&(HEADER_REDRIVEN_FROM.to_owned(), Some(from.into_bytes()))), "{headers:?}");
     assert!(oheaders.iter().all(|h| headers.contains(h)), "its own headers kept: {headers:?}");
     assert!(!headers.iter().any(|(k, _)| k.starts_with("qim-dlq-")), "{headers:?}");
+
+    // Or to a topic of the operator's choosing, partitioned by key.
+    let elsewhere = qim_testkit::stack::unique_name("dlq_elsewhere");
+    qim_testkit::kafka::require_topics(&[(elsewhere.as_str(), 1)]).await;
+    let out = dlq(ServiceKind::Archiver, &bins, &env, &["redrive", "--reason", "fixed_bug", "--to", &elsewhere]).await;
+    assert!(out.contains("re-drove 1 dead letters"), "{out}");
+    let (key, value, headers) = read_at(brokers, &elsewhere, 0, 0);
+    assert_eq!((key, value), (okey, ovalue), "the same record, in the chosen topic");
+    assert!(headers.iter().any(|(k, _)| k == HEADER_REDRIVEN_FROM), "{headers:?}");
 
     // Both consumers absorb what came back: same rows, same receipt, the same mailboxes.
     pipeline.converge(&report.acks, Duration::from_secs(90)).await.expect("converges after the re-drives");
