@@ -1,6 +1,7 @@
-//! Where a replay starts (`--from earliest | --from-time T | --offsets p:o,...`, the command
-//! line every service's `replay` shares) and the `(partition, first, end)` ranges it covers in a
-//! topic: from the start to the end the topic had when the replay was planned.
+//! What every service's `replay` shares: where it starts (`--from earliest | --from-time T |
+//! --offsets p:o,...`), the `(partition, first, end)` ranges that covers in a topic (up to the
+//! end the topic had when the replay was planned), a consumer group's committed offsets read and
+//! reset (refused while the group has a live member), and the progress bar.
 
 use std::collections::HashMap;
 use std::sync::Arc;
