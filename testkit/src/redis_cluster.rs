@@ -21,7 +21,9 @@ struct Node {
     child: Option<Child>,
 }
 
-/// A private Redis Cluster; every node is killed and its directory removed on drop.
+/// A private Redis Cluster; every node is killed on drop, and its directory removed, unless the
+/// test is failing: then each node's log ends on stderr (what the cluster did: failovers,
+/// resyncs) and the directory is kept, named.
 pub struct PrivateCluster {
     nodes: Vec<Node>,
     dir: PathBuf,
@@ -40,6 +42,11 @@ pub struct NodeView {
 }
 
 impl PrivateCluster {
+    /// Where its nodes keep their files (`<port>/redis.log`, AOF, `nodes.conf`).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// Starts six nodes and joins them (`redis-cli --cluster create --cluster-replicas 1`); ready
     /// when every node reports `cluster_state:ok`.
     ///
@@ -292,6 +299,9 @@ impl PrivateCluster {
     }
 }
 
+/// Lines of each node's log a failing test prints.
+const LOG_TAIL_LINES: usize = 40;
+
 impl Drop for PrivateCluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {
@@ -299,6 +309,20 @@ impl Drop for PrivateCluster {
                 let _ = child.kill();
                 let _ = child.wait();
             }
+        }
+        if std::thread::panicking() {
+            for node in &self.nodes {
+                let log = std::fs::read_to_string(self.dir.join(node.port.to_string()).join("redis.log"));
+                let log = log.unwrap_or_else(|e| format!("(no log: {e})"));
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+                eprintln!(
+                    "---- private cluster node {}: the last {LOG_TAIL_LINES} lines of its log ----\n{tail}",
+                    node.port
+                );
+            }
+            eprintln!("private cluster files kept in {}", self.dir.display());
+            return;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -339,5 +363,27 @@ mod tests {
         assert_eq!(view.slots, vec!["0-5460", "6000"]);
         let failed = parse_node_line("a 127.0.0.1:7000@17000 master,fail - 0 0 2 disconnected").unwrap();
         assert!(failed.failed && failed.slots.is_empty());
+    }
+
+    /// A test that fails with a private cluster up keeps its nodes' files; one that passes does
+    /// not. Needs `redis-server` (the local stack installs it).
+    #[test]
+    fn a_failing_test_keeps_its_clusters_files_and_a_passing_one_does_not() {
+        let kept = std::panic::catch_unwind(|| {
+            let cluster = PrivateCluster::start().expect("a private cluster starts");
+            std::panic::panic_any(cluster.dir().to_owned())
+        })
+        .expect_err("the closure panics");
+        let kept = *kept.downcast::<PathBuf>().expect("the cluster's directory");
+        let logs = std::fs::read_dir(&kept)
+            .expect("kept")
+            .filter(|e| e.as_ref().is_ok_and(|e| e.path().join("redis.log").exists()));
+        assert_eq!(logs.count(), 6, "every node's log is kept in {}", kept.display());
+        std::fs::remove_dir_all(&kept).expect("cleaning up");
+
+        let cluster = PrivateCluster::start().expect("a private cluster starts");
+        let dir = cluster.dir().to_owned();
+        drop(cluster);
+        assert!(!dir.exists(), "{} is removed after a passing test", dir.display());
     }
 }
