@@ -2,7 +2,8 @@
 //!
 //! Every qim Redis key starts with its store's namespace and a colon, so `<namespace>:*` is all
 //! of one test's (or one run's) state, and nobody else's on the shared server. A Redis Cluster
-//! (`redis+cluster://host:port,...`) is walked master by master.
+//! (`redis+cluster://host:port,...`, or several `redis://` URLs separated by commas, the two
+//! forms `qim_store::redis::Topology` reads) is walked master by master.
 
 use anyhow::Context;
 use redis::aio::MultiplexedConnection;
@@ -27,7 +28,7 @@ const CLUSTER_SCHEME: &str = "redis+cluster://";
 /// Redis does not answer.
 pub async fn wipe_namespace(url: &str, namespace: &str) -> anyhow::Result<usize> {
     let pattern = format!("{namespace}:*");
-    let Some(seeds) = url.strip_prefix(CLUSTER_SCHEME) else {
+    let Some(seed) = cluster_seed(url) else {
         let mut con = connect(url).await?;
         let keys = scan(&mut con, &pattern).await?;
         let mut unlinked = 0;
@@ -37,7 +38,7 @@ pub async fn wipe_namespace(url: &str, namespace: &str) -> anyhow::Result<usize>
         return Ok(unlinked);
     };
     let mut unlinked = 0;
-    for master in cluster_masters(&first_seed(seeds)).await? {
+    for master in cluster_masters(&seed).await? {
         let mut con = connect(&master).await?;
         let keys = scan(&mut con, &pattern).await?;
         for chunk in keys.chunks(UNLINK_MOST) {
@@ -59,9 +60,9 @@ pub async fn wipe_namespace(url: &str, namespace: &str) -> anyhow::Result<usize>
 ///
 /// `url` is not a cluster URL, or a node does not answer.
 pub async fn keys_per_master(url: &str, pattern: &str) -> anyhow::Result<Vec<(String, usize)>> {
-    let seeds = url.strip_prefix(CLUSTER_SCHEME).with_context(|| format!("{url:?} is not a cluster url"))?;
+    let seed = cluster_seed(url).with_context(|| format!("{url:?} is not a cluster url"))?;
     let mut held = Vec::new();
-    for master in cluster_masters(&first_seed(seeds)).await? {
+    for master in cluster_masters(&seed).await? {
         let mut con = connect(&master).await?;
         let keys = scan(&mut con, pattern).await?;
         held.push((master, keys.len()));
@@ -69,9 +70,15 @@ pub async fn keys_per_master(url: &str, pattern: &str) -> anyhow::Result<Vec<(St
     Ok(held)
 }
 
-/// `redis://` of the first seed node of a cluster URL's host list.
-fn first_seed(seeds: &str) -> String {
-    format!("redis://{}", seeds.split(',').next().unwrap_or_default().trim())
+/// The `redis://` URL of the first seed node when `url` names a cluster
+/// (`redis+cluster://host:port,...` or `redis://...,redis://...`), else `None`.
+pub fn cluster_seed(url: &str) -> Option<String> {
+    let url = url.trim();
+    if let Some(hosts) = url.strip_prefix(CLUSTER_SCHEME) {
+        let hosts = hosts.rsplit_once('@').map_or(hosts, |(_, h)| h);
+        return Some(format!("redis://{}", hosts.split(',').next().unwrap_or_default().trim()));
+    }
+    url.contains(',').then(|| url.split(',').next().unwrap_or_default().trim().to_owned())
 }
 
 /// The `redis://host:port` of every master of the cluster `seed` belongs to (`CLUSTER NODES`).
@@ -84,15 +91,14 @@ pub async fn cluster_masters(seed: &str) -> anyhow::Result<Vec<String>> {
 }
 
 /// Every server of the deployment at `url`, as a `redis://` URL each: the one server of a
-/// `redis://` URL, or every live node (masters and replicas) of a `redis+cluster://` URL's
-/// cluster. What a benchmark reads each server's `INFO` from.
+/// `redis://` URL, or every live node (masters and replicas) of a cluster URL's cluster. What a benchmark reads each server's `INFO` from.
 ///
 /// # Errors
 ///
 /// A cluster's seed does not answer, or is not a cluster node.
 pub async fn servers(url: &str) -> anyhow::Result<Vec<String>> {
-    match url.strip_prefix(CLUSTER_SCHEME) {
-        Some(seeds) => cluster_nodes(&first_seed(seeds), |_| true).await,
+    match cluster_seed(url) {
+        Some(seed) => cluster_nodes(&seed, |_| true).await,
         None => Ok(vec![url.to_owned()]),
     }
 }
@@ -158,4 +164,20 @@ pub fn wipe_namespace_blocking(url: &str, namespace: &str) -> anyhow::Result<usi
     })
     .join()
     .map_err(|_| anyhow::anyhow!("the namespace wipe panicked"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_cluster_forms_name_their_first_seed_and_a_single_server_none() {
+        assert_eq!(
+            cluster_seed("redis+cluster://127.0.0.1:7301,127.0.0.1:7302").as_deref(),
+            Some("redis://127.0.0.1:7301")
+        );
+        assert_eq!(cluster_seed("redis+cluster://u:p@h:1,h:2").as_deref(), Some("redis://h:1"));
+        assert_eq!(cluster_seed("redis://h:1, redis://h:2").as_deref(), Some("redis://h:1"));
+        assert_eq!(cluster_seed("redis://127.0.0.1:6379/0"), None);
+    }
 }

@@ -114,10 +114,9 @@ impl Args {
 
     /// `redis cluster` or `redis single node`, for the printed figures.
     pub fn topology(&self) -> &'static str {
-        if self.redis_url().starts_with("redis+cluster://") {
-            "redis cluster"
-        } else {
-            "redis single node"
+        match qim_store::redis::Topology::parse(&self.redis_url()) {
+            Ok(qim_store::redis::Topology::Cluster(_)) => "redis cluster",
+            _ => "redis single node",
         }
     }
 }
