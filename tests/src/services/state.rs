@@ -54,31 +54,24 @@ pub async fn reset_group_with_kafka_tool(brokers: &str, group: &str, topic: &str
         .map(|e| e.path().join("lib"))
         .find(|lib| lib.parent().and_then(|d| d.file_name()).is_some_and(|n| n.to_string_lossy().starts_with("kafka-")))
         .with_context(|| format!("no kafka-*/lib under {} (deploy/local/stack up fetches it)", cache.display()))?;
-    // The tool's admin calls wait 5 s by default, which a loaded machine exceeds; and it exits 0
-    // even when a call failed, printing `Error:`. So: a longer timeout, and a few attempts.
-    let mut text = String::new();
-    for attempt in 1..=TOOL_ATTEMPTS {
-        let output = tokio::process::Command::new("java")
-            .arg("-cp")
-            .arg(format!("{}/*", lib.display()))
-            .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
-            .args(["--bootstrap-server", brokers, "--group", group, "--topic", topic, "--timeout", "60000"])
-            .args(["--reset-offsets", "--to-earliest", "--execute"])
-            .output()
-            .await
-            .context("running java")?;
-        text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-        if output.status.success() && !text.contains("Error:") {
-            return Ok(text);
-        }
-        eprintln!("kafka-consumer-groups --reset-offsets for {group} failed (attempt {attempt}), retrying: {text}");
-        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The tool's admin calls wait 5 s by default, which a loaded machine exceeds (finding the
+    // group's coordinator timed out in a whole run); and it exits 0 even when a call failed,
+    // printing `Error:`.
+    let output = tokio::process::Command::new("java")
+        .arg("-cp")
+        .arg(format!("{}/*", lib.display()))
+        .arg("org.apache.kafka.tools.consumer.group.ConsumerGroupCommand")
+        .args(["--bootstrap-server", brokers, "--group", group, "--topic", topic, "--timeout", "60000"])
+        .args(["--reset-offsets", "--to-earliest", "--execute"])
+        .output()
+        .await
+        .context("running java")?;
+    let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    if !output.status.success() || text.contains("Error:") {
+        bail!("kafka-consumer-groups --reset-offsets for {group} failed:\n{text}");
     }
-    bail!("kafka-consumer-groups --reset-offsets for {group} failed {TOOL_ATTEMPTS} times; the last time:\n{text}")
+    Ok(text)
 }
-
-/// Runs of Kafka's group tool before [`reset_group_with_kafka_tool`] gives up.
-const TOOL_ATTEMPTS: u32 = 3;
 
 /// Runs `kind`'s binary once with `args` (e.g. `["replay", "--from", "earliest"]`) in the run's
 /// environment and returns its stdout; stderr goes to the service's log.
