@@ -22,6 +22,7 @@ mod http_hop;
 mod path_costs;
 mod pipeline;
 mod redis;
+mod redis_server;
 mod restart;
 mod scylla;
 mod scylla_mailbox;

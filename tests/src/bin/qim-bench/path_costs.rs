@@ -1,42 +1,44 @@
 //! What each path of `qim-bench writer` cost over its rounds: rate, latency and CPU per send of
 //! this process, the Redis server and the Kafka broker.
 
+use super::redis_server::{RedisServers, ServerStats};
 use super::{cpu, ms, Measurement};
 
 /// CPU seconds used so far by this process (the bench client *and* the in-process writer), the
-/// Redis servers and the Kafka broker (when it runs on this machine).
-#[derive(Clone, Copy, Default)]
+/// Redis servers (with their AOF growth and time per command) and the Kafka broker (when it runs
+/// on this machine).
+#[derive(Clone, Default)]
 pub struct Cpu {
     /// This process, user + system.
     pub process: f64,
-    /// The Redis servers (each one's main process, without its AOF rewrite children).
-    pub redis: f64,
+    /// The Redis servers (CPU of each one's main process, without its AOF rewrite children).
+    pub redis: ServerStats,
     /// The Kafka broker, when found on this machine.
     pub kafka: Option<f64>,
 }
 
 impl Cpu {
     /// The counters now.
-    pub async fn now(redis: &mut super::redis::RedisCpu, kafka_pid: Option<u32>) -> anyhow::Result<Self> {
+    pub async fn now(redis: &mut RedisServers, kafka_pid: Option<u32>) -> anyhow::Result<Self> {
         Ok(Self {
             process: cpu::own_seconds(),
-            redis: redis.seconds().await?,
+            redis: redis.stats().await?,
             kafka: kafka_pid.and_then(cpu::process_seconds),
         })
     }
 
     /// What was used from `before` to `self`.
-    pub fn since(self, before: Self) -> Self {
+    pub fn since(self, before: &Self) -> Self {
         Self {
             process: self.process - before.process,
-            redis: self.redis - before.redis,
+            redis: self.redis.since(&before.redis),
             kafka: self.kafka.zip(before.kafka).map(|(a, b)| a - b),
         }
     }
 
     fn add(&mut self, other: Self) {
         self.process += other.process;
-        self.redis += other.redis;
+        self.redis.add(&other.redis);
         self.kafka = match (self.kafka, other.kafka) {
             (Some(a), Some(b)) => Some(a + b),
             (None, b) => b,
@@ -100,6 +102,24 @@ impl Totals {
 
     /// CPU per operation of this process, Redis and (when measured) Kafka together.
     pub fn total_micros(&self) -> f64 {
-        self.micros(self.cpu.process + self.cpu.redis + self.cpu.kafka.unwrap_or(0.0))
+        self.micros(self.cpu.process + self.cpu.redis.cpu + self.cpu.kafka.unwrap_or(0.0))
+    }
+
+    /// Bytes appended to the AOF per operation (over every server).
+    pub fn aof_bytes_per_op(&self) -> f64 {
+        self.cpu.redis.aof_bytes as f64 / self.ops as f64
+    }
+
+    /// The Redis commands that took the most time, per operation: `name calls×/µs`, slowest
+    /// first (a script's own `redis.call`s are counted under their names and inside the
+    /// script's time).
+    pub fn redis_profile(&self, n: usize) -> Vec<(String, f64, f64)> {
+        let per_op = |v: u64| v as f64 / self.ops as f64;
+        self.cpu
+            .redis
+            .top_commands(n)
+            .into_iter()
+            .map(|(name, t)| (name.to_owned(), per_op(t.calls), per_op(t.usec)))
+            .collect()
     }
 }

@@ -11,8 +11,6 @@
 
 use std::sync::Arc;
 
-use anyhow::Context;
-
 use qim_store::clock::SystemClock;
 use qim_store::ids::{ClientMessageId, ConversationId, MessageId, TenantId, UserId};
 use qim_store::message::{CommitKey, CommitRequest, MessageKind, Publication};
@@ -177,50 +175,9 @@ struct Cost {
     trips: u64,
 }
 
-/// The CPU a Redis deployment has used, read from each of its servers: the one server of a
-/// `redis://` URL, or every live node of a cluster, masters and replicas (a replica's copying is
-/// part of what a write costs the cluster).
-pub struct RedisCpu {
-    servers: Vec<redis::aio::MultiplexedConnection>,
-}
-
-impl RedisCpu {
-    /// Connects to every server of the deployment at `url`.
-    pub async fn connect(url: &str) -> anyhow::Result<Self> {
-        let mut servers = Vec::new();
-        for server in qim_testkit::redis::servers(url).await? {
-            let client = redis::Client::open(server.as_str()).with_context(|| format!("redis url {server:?}"))?;
-            servers.push(
-                client.get_multiplexed_async_connection().await.with_context(|| format!("connecting to {server}"))?,
-            );
-        }
-        Ok(Self { servers })
-    }
-
-    /// How many servers are read (1 for a single server).
-    pub fn servers(&self) -> usize {
-        self.servers.len()
-    }
-
-    /// CPU seconds the servers have used so far (`used_cpu_user` + `used_cpu_sys` of each one's
-    /// `INFO cpu`, summed).
-    pub async fn seconds(&mut self) -> anyhow::Result<f64> {
-        let mut total = 0.0;
-        for server in &mut self.servers {
-            let info: String = redis::cmd("INFO").arg("cpu").query_async(server).await?;
-            total += info
-                .lines()
-                .filter_map(|l| l.strip_prefix("used_cpu_user:").or_else(|| l.strip_prefix("used_cpu_sys:")))
-                .filter_map(|v| v.trim().parse::<f64>().ok())
-                .sum::<f64>();
-        }
-        Ok(total)
-    }
-}
-
 /// Runs `path`, measuring what it cost.
 async fn costed<F: std::future::Future<Output = anyhow::Result<Measurement>>>(
-    redis_cpu: &mut RedisCpu,
+    redis_cpu: &mut super::redis_server::RedisServers,
     store: &RedisMessageStore,
     path: F,
 ) -> anyhow::Result<(Measurement, Cost)> {
@@ -250,7 +207,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let warm = Args { count: (args.concurrency as u64) * 20, ..args.clone() };
     store_path(Arc::clone(&store), &warm, tenant, 10_000_000).await?;
     let conn = qim_store::redis::connect(&config).await?;
-    let mut redis_cpu = RedisCpu::connect(&url).await?;
+    let mut redis_cpu = super::redis_server::RedisServers::connect(&url).await?;
     raw_path(conn.clone(), &warm, &format!("{namespace}w")).await?;
 
     let per_round = (args.count / ROUNDS).max(args.concurrency as u64);

@@ -305,7 +305,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     }
     http_sends(&warm, &url, WARM_UP_FIRST).await?;
     http_sends(&warm, &hop_url, WARM_UP_FIRST).await?;
-    let mut redis_cpu = super::redis::RedisCpu::connect(&args.redis_url()).await?;
+    let mut redis_cpu = super::redis_server::RedisServers::connect(&args.redis_url()).await?;
     let kafka = kafka_pid();
     let http = reqwest::Client::new();
     let stages_before = Stages::read(&http, &metrics_url).await?;
@@ -329,7 +329,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
                     raw_loop(&round, &raw_conn, &raw_producer, &topic, &raw_ns, settled, AfterDelivery::Settle).await?
                 }
             };
-            let cpu = Cpu::now(&mut redis_cpu, kafka).await?.since(before);
+            let cpu = Cpu::now(&mut redis_cpu, kafka).await?.since(&before);
             totals[path as usize].add(per_round, &m, cpu);
         }
     }
@@ -369,7 +369,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
             t.p50(),
             t.p99(),
             t.micros(t.cpu.process),
-            t.micros(t.cpu.redis),
+            t.micros(t.cpu.redis.cpu),
             kafka_text(t)
         );
     };
@@ -384,6 +384,17 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         ms(paced.p50),
         ms(paced.p99)
     );
+    for (name, t) in [("raw loop", &raw), ("writer at peak", &peak)] {
+        let profile: Vec<String> =
+            t.redis_profile(8).iter().map(|(c, calls, us)| format!("{c} {calls:.2}×/{us:.1}")).collect();
+        println!(
+            "  {name}, per send: AOF {:.0} bytes ({:.1}× the {}-byte body); Redis command time (calls/µs): {}",
+            t.aof_bytes_per_op(),
+            t.aof_bytes_per_op() / args.payload as f64,
+            args.payload,
+            profile.join(", ")
+        );
+    }
     let shown: Vec<String> = stages.iter().map(|f| format!("{} {:.2}", f.name, f.mean_ms)).collect();
     println!("  writer at peak, mean ms per stage: {}", shown.join(", "));
     let shown: Vec<String> =
@@ -410,10 +421,12 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         "ratio_ceiling": ceiling, "settled_per_second": settled.per_second(),
         "ratio_ceiling_durable": durable_ceiling, "ratio_ceiling_durable_by_cpu": by_cpu,
         "paced_p50_ms": ms(paced.p50), "paced_p99_ms": ms(paced.p99),
-        "raw_process_cpu_us": raw.micros(raw.cpu.process), "raw_redis_cpu_us": raw.micros(raw.cpu.redis),
+        "raw_process_cpu_us": raw.micros(raw.cpu.process), "raw_redis_cpu_us": raw.micros(raw.cpu.redis.cpu),
         "raw_kafka_cpu_us": raw.kafka_micros(),
-        "writer_process_cpu_us": peak.micros(peak.cpu.process), "writer_redis_cpu_us": peak.micros(peak.cpu.redis),
+        "writer_process_cpu_us": peak.micros(peak.cpu.process), "writer_redis_cpu_us": peak.micros(peak.cpu.redis.cpu),
         "writer_kafka_cpu_us": peak.kafka_micros(),
+        "raw_aof_bytes_per_send": raw.aof_bytes_per_op(), "writer_aof_bytes_per_send": peak.aof_bytes_per_op(),
+        "writer_redis_profile": peak.redis_profile(12).iter().map(|(c, calls, us)| (c.clone(), serde_json::json!({"calls": calls, "usec": us}))).collect::<serde_json::Map<_, _>>(),
         "writer_stage_mean_ms": stages.iter().map(|f| (f.name.clone(), serde_json::json!(f.mean_ms))).collect::<serde_json::Map<_, _>>(),
         "paced_stage_p99_bound_ms": paced_stages.iter().map(|f| (f.name.clone(), serde_json::json!(f.p99_bound_ms))).collect::<serde_json::Map<_, _>>(),
     }))
