@@ -3,16 +3,15 @@
 
 use std::fs::File;
 use std::os::unix::process::CommandExt as _;
+use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use rustix::process::Signal;
 
-use crate::install::{ensure_java, ensure_redis_binary, fetch_libs, find_java17, on_path};
-use crate::layout::{
-    Service, Settings, CASSANDRA_VERSION, HOST, KAFKA_VERSION, RELOAD4J_VERSION, SCALA_VERSION, SLF4J_RELOAD4J_VERSION,
-};
+use crate::install::{ensure_java, ensure_redis_binary, fetch_cassandra, fetch_kafka, find_java17, on_path};
+use crate::layout::{Service, Settings, HOST};
 use crate::output::show_failure;
 use crate::probe::{self, Probe};
 use crate::process::{running_pid, signal, wait_gone};
@@ -21,8 +20,12 @@ use crate::{cassandra, kafka, log, logfile, ports, redis, redis_cluster, topics}
 /// Takes the state dir's lock (blocking while another `up`/`down`/`reset` holds it). The lock
 /// lasts as long as the returned file; servers never inherit it (close-on-exec).
 fn lock(settings: &Settings) -> anyhow::Result<File> {
-    let f =
-        File::create(settings.lock_file()).with_context(|| format!("opening {}", settings.lock_file().display()))?;
+    lock_at(&settings.lock_file())
+}
+
+/// [`lock`] of the lock file `path` (another state dir's, say the three-node mode's).
+pub fn lock_at(path: &Path) -> anyhow::Result<File> {
+    let f = File::create(path).with_context(|| format!("opening {}", path.display()))?;
     f.lock().context("locking the state dir")?;
     Ok(f)
 }
@@ -50,28 +53,11 @@ pub fn up(settings: &Settings) -> anyhow::Result<ExitCode> {
         std::thread::spawn(move || ensure_redis_binary(&s))
     });
     let mut started = Vec::new();
-    fetch_libs(
-        settings,
-        &java_home,
-        "cassandra",
-        &settings.cassandra_lib(),
-        &[format!("org.apache.cassandra:cassandra-all:{CASSANDRA_VERSION}")],
-    )?;
+    fetch_cassandra(settings, &java_home)?;
     if cassandra::start(settings, &java)? {
         started.push(Service::Cassandra);
     }
-    fetch_libs(
-        settings,
-        &java_home,
-        "kafka",
-        &settings.kafka_lib(),
-        &[
-            format!("org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION}"),
-            format!("org.apache.kafka:kafka-tools:{KAFKA_VERSION}"),
-            format!("ch.qos.reload4j:reload4j:{RELOAD4J_VERSION}"),
-            format!("org.slf4j:slf4j-reload4j:{SLF4J_RELOAD4J_VERSION}"),
-        ],
-    )?;
+    fetch_kafka(settings, &java_home)?;
     let kafka_started_now = kafka::start(settings, &java)?;
     if kafka_started_now {
         started.push(Service::Kafka);

@@ -8,7 +8,10 @@ use std::sync::Mutex;
 
 use anyhow::{bail, Context};
 
-use crate::layout::{Settings, DEPENDENCY_PLUGIN};
+use crate::layout::{
+    Settings, CASSANDRA_VERSION, DEPENDENCY_PLUGIN, KAFKA_VERSION, RELOAD4J_VERSION, SCALA_VERSION,
+    SLF4J_RELOAD4J_VERSION,
+};
 use crate::log;
 use crate::logfile::last_lines;
 
@@ -223,6 +226,23 @@ pub fn fetch_libs(
     let bytes: u64 = jars.iter().sum();
     log!("{name}: {} jars, {} in {}", jars.len(), human_size(bytes), lib.display());
     Ok(())
+}
+
+/// The Cassandra jars ([`fetch_libs`] of `cassandra-all`).
+pub fn fetch_cassandra(settings: &Settings, java_home: &Path) -> anyhow::Result<()> {
+    let deps = [format!("org.apache.cassandra:cassandra-all:{CASSANDRA_VERSION}")];
+    fetch_libs(settings, java_home, "cassandra", &settings.cassandra_lib(), &deps)
+}
+
+/// The Kafka jars: the broker, its admin tools and a logging backend ([`fetch_libs`]).
+pub fn fetch_kafka(settings: &Settings, java_home: &Path) -> anyhow::Result<()> {
+    let deps = [
+        format!("org.apache.kafka:kafka_{SCALA_VERSION}:{KAFKA_VERSION}"),
+        format!("org.apache.kafka:kafka-tools:{KAFKA_VERSION}"),
+        format!("ch.qos.reload4j:reload4j:{RELOAD4J_VERSION}"),
+        format!("org.slf4j:slf4j-reload4j:{SLF4J_RELOAD4J_VERSION}"),
+    ];
+    fetch_libs(settings, java_home, "kafka", &settings.kafka_lib(), &deps)
 }
 
 /// The sizes of the `*.jar` files in `dir`.

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+use crate::rf3_layout::Rf3;
+
 /// Every server listens on this address only.
 pub const HOST: &str = "127.0.0.1";
 
@@ -78,6 +80,13 @@ impl Default for Ports {
 }
 
 impl Ports {
+    /// Every port these servers listen on, Redis Cluster nodes (not their bus ports) included.
+    pub fn numbers(&self) -> Vec<u16> {
+        let mut all = vec![self.redis, self.kafka, self.kafka_controller, self.cassandra_cql, self.cassandra_storage];
+        all.extend((0..crate::redis_cluster::NODES).map(|i| self.redis_cluster + i));
+        all
+    }
+
     /// The ports `svc` listens on, which must be free before it starts.
     pub fn of(&self, svc: Service) -> Vec<u16> {
         match svc {
@@ -111,6 +120,8 @@ pub struct Settings {
     /// `${CARGO_TARGET_DIR:-<repo>/target}/stack`.
     pub target_dir: PathBuf,
     pub ports: Ports,
+    /// The three-node mode's dir, ports and heaps ([`crate::rf3_layout`]).
+    pub rf3: Rf3,
     /// `QIM_STACK_TIMEOUT` (240 s): how long each server may take to become ready on `up`.
     pub timeout: Duration,
     /// `QIM_STACK_STOP_TIMEOUT` (60 s): SIGTERM to SIGKILL on `down`.
@@ -158,18 +169,7 @@ impl Settings {
             PathBuf::from,
         );
         let defaults = Ports::default();
-        let port = |k: &str, d: u16| -> anyhow::Result<u16> {
-            match var(k) {
-                None => Ok(d),
-                Some(v) => {
-                    let p = parse::<u16>(k, &v)?;
-                    if p == 0 {
-                        bail!("{k} must be a port (1-65535), not 0");
-                    }
-                    Ok(p)
-                }
-            }
-        };
+        let port = |k: &str, d: u16| port_knob(k, var(k), d);
         let ports = Ports {
             redis: port("QIM_STACK_REDIS_PORT", defaults.redis)?,
             kafka: port("QIM_STACK_KAFKA_PORT", defaults.kafka)?,
@@ -184,13 +184,12 @@ impl Settings {
                 ports.redis_cluster
             );
         }
-        let mut all =
-            vec![ports.redis, ports.kafka, ports.kafka_controller, ports.cassandra_cql, ports.cassandra_storage];
-        all.extend((0..crate::redis_cluster::NODES).map(|i| ports.redis_cluster + i));
+        let mut all = ports.numbers();
         all.sort_unstable();
         if let Some(w) = all.windows(2).find(|w| w[0] == w[1]) {
             bail!("port {} is given to two servers (QIM_STACK_*_PORT)", w[0]);
         }
+        let rf3 = Rf3::from_lookup(&var, &stack_dir, &ports)?;
         let secs = |k: &str, d: u64| -> anyhow::Result<Duration> {
             Ok(Duration::from_secs(var(k).map(|v| parse::<u64>(k, &v)).transpose()?.unwrap_or(d)))
         };
@@ -200,6 +199,7 @@ impl Settings {
             cache_dir,
             target_dir,
             ports,
+            rf3,
             timeout: secs("QIM_STACK_TIMEOUT", 240)?,
             stop_timeout: secs("QIM_STACK_STOP_TIMEOUT", 60)?,
             kafka_tool_timeout: secs("KAFKA_TOOL_TIMEOUT", 60)?,
@@ -280,9 +280,19 @@ impl Settings {
     }
 }
 
-fn parse<T: std::str::FromStr>(key: &str, value: &std::ffi::OsStr) -> anyhow::Result<T> {
+pub(crate) fn parse<T: std::str::FromStr>(key: &str, value: &std::ffi::OsStr) -> anyhow::Result<T> {
     let text = value.to_string_lossy();
     text.trim().parse().ok().with_context(|| format!("{key}={text:?} is not a number"))
+}
+
+/// The port a knob gives (`default` when unset); refused when not a number, or 0.
+pub(crate) fn port_knob(key: &str, value: Option<OsString>, default: u16) -> anyhow::Result<u16> {
+    let Some(v) = value else { return Ok(default) };
+    let p = parse::<u16>(key, &v)?;
+    if p == 0 {
+        bail!("{key} must be a port (1-65535), not 0");
+    }
+    Ok(p)
 }
 
 /// `path` made absolute against the current directory (not resolving links), so that config
@@ -293,7 +303,7 @@ fn absolute(path: &Path) -> PathBuf {
 
 /// As `realpath -m`: `path` made absolute, each component that exists resolved (symlinks
 /// followed), `..` taken from what is resolved so far, and what does not exist yet kept as written.
-fn physical(path: &Path) -> PathBuf {
+pub(crate) fn physical(path: &Path) -> PathBuf {
     let mut real = PathBuf::new();
     for part in absolute(path).components() {
         match part {

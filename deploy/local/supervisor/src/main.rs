@@ -1,15 +1,19 @@
 //! qim-stack: the local stack's supervisor. Redis, Kafka (KRaft) and Cassandra as plain
 //! processes on 127.0.0.1, installed, configured, started, probed, killed and stopped from one
-//! state dir. `deploy/local/stack` builds this and runs it with its arguments; see
+//! state dir; beside them a Redis Cluster (`cluster ...`) and a three-node mode of Kafka and
+//! Cassandra (`rf3 ...`). `deploy/local/stack` builds this and runs it with its arguments; see
 //! deploy/local/README.md for the commands, the knobs and the layout.
 //!
 //! Exit codes: 0 done; 1 a command failed (`[stack ..] ERROR: ..` on stderr), or `status` /
 //! `check` found a server not answering; 2 a usage error (1 for a bad `kill` or `logs` argument).
 
 mod cassandra;
+mod cassandra_ring;
 mod commands;
 mod install;
 mod kafka;
+mod kafka_cluster;
+mod kafka_wire;
 mod layout;
 mod logfile;
 mod output;
@@ -19,6 +23,8 @@ mod process;
 mod redis;
 mod redis_cluster;
 mod resp;
+mod rf3;
+mod rf3_layout;
 mod topics;
 
 use std::process::ExitCode;
@@ -26,6 +32,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 use crate::layout::{Service, Settings};
+use crate::rf3_layout::Node;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -71,6 +78,37 @@ enum Cmd {
     Cluster {
         #[command(subcommand)]
         action: ClusterCmd,
+    },
+    /// The three-node mode: three Kafka brokers (RF 3) and a three-node Cassandra ring, beside
+    /// everything else; `down` and `reset` leave it alone.
+    Rf3 {
+        #[command(subcommand)]
+        action: Rf3Cmd,
+    },
+}
+
+/// The three-node mode: three Kafka brokers and a three-node Cassandra ring on loopback, beside
+/// the single-node stack (its own state dir and ports; see deploy/local/README.md).
+#[derive(Debug, PartialEq, Eq, Subcommand)]
+enum Rf3Cmd {
+    /// Start what is not running (brokers together, Cassandra nodes one at a time), wait until
+    /// each broker sees three brokers with the qim topics in sync (RF 3) and each Cassandra node
+    /// answers CQL and sees the ring whole; print the connection strings on stdout.
+    Up,
+    /// Stop the six nodes (SIGTERM, SIGKILL after QIM_STACK_STOP_TIMEOUT seconds); data stays.
+    Down,
+    /// One line per node; exit 0 only if all six are up and see the whole cluster.
+    Status,
+    /// Stop the nodes and delete the mode's state dir (all its data).
+    Reset,
+    /// SIGKILL one node (kafka-1..3, cassandra-1..3) for fault tests; `rf3 up` restarts it.
+    Kill { node: Node },
+    /// Cassandra's nodetool against node N's JMX port, e.g. `rf3 nodetool 1 status`.
+    Nodetool {
+        #[arg(value_parser = clap::value_parser!(u8).range(1..=3))]
+        node: u8,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
 }
 
@@ -136,6 +174,14 @@ fn main() -> ExitCode {
             ClusterCmd::Reset => redis_cluster::reset(&s),
             ClusterCmd::Kill { port } => redis_cluster::kill(&s, port),
         },
+        Cmd::Rf3 { action } => match action {
+            Rf3Cmd::Up => rf3::up(&s),
+            Rf3Cmd::Down => rf3::down(&s),
+            Rf3Cmd::Status => rf3::status(&s),
+            Rf3Cmd::Reset => rf3::reset(&s),
+            Rf3Cmd::Kill { node } => rf3::kill(&s, node),
+            Rf3Cmd::Nodetool { node, args } => rf3::nodetool(&s, node, &args),
+        },
     });
     result.unwrap_or_else(|e| {
         log!("ERROR: {e:#}");
@@ -161,6 +207,20 @@ mod tests {
             Cmd::Cluster { action: ClusterCmd::Kill { port: 7302 } }
         );
         assert_eq!(parse(&["kill", "cassandra"]).unwrap(), Cmd::Kill { server: Service::Cassandra });
+        assert_eq!(parse(&["rf3", "up"]).unwrap(), Cmd::Rf3 { action: Rf3Cmd::Up });
+        assert_eq!(parse(&["rf3", "reset"]).unwrap(), Cmd::Rf3 { action: Rf3Cmd::Reset });
+        assert_eq!(
+            parse(&["rf3", "kill", "kafka-2"]).unwrap(),
+            Cmd::Rf3 { action: Rf3Cmd::Kill { node: Node::Kafka(2) } }
+        );
+        assert_eq!(
+            parse(&["rf3", "kill", "cassandra-3"]).unwrap(),
+            Cmd::Rf3 { action: Rf3Cmd::Kill { node: Node::Cassandra(3) } }
+        );
+        assert_eq!(
+            parse(&["rf3", "nodetool", "2", "status", "-r"]).unwrap(),
+            Cmd::Rf3 { action: Rf3Cmd::Nodetool { node: 2, args: vec!["status".into(), "-r".into()] } }
+        );
         assert_eq!(parse(&["logs"]).unwrap(), Cmd::Logs { servers: vec![], follow: false });
         assert_eq!(
             parse(&["logs", "-f", "kafka", "redis"]).unwrap(),
@@ -179,6 +239,10 @@ mod tests {
         assert!(parse(&["kill"]).is_err());
         assert!(parse(&["kill", "zookeeper"]).is_err());
         assert!(parse(&["logs", "zookeeper"]).is_err());
+        assert!(parse(&["rf3"]).is_err());
+        assert!(parse(&["rf3", "kill", "kafka-4"]).is_err());
+        assert!(parse(&["rf3", "kill", "redis-1"]).is_err());
+        assert!(parse(&["rf3", "nodetool", "0", "status"]).is_err());
         assert_eq!(usage_exit_code(Some("kill")), 1);
         assert_eq!(usage_exit_code(Some("logs")), 1);
         assert_eq!(usage_exit_code(Some("start")), 2);

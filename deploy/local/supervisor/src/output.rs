@@ -3,6 +3,7 @@
 
 use std::fmt::Arguments;
 use std::io::Write as _;
+use std::path::Path;
 
 use crate::layout::{Service, Settings};
 use crate::logfile;
@@ -37,17 +38,27 @@ pub fn clock() -> String {
 /// Prints the last 60 lines of `svc`'s log and the last 20 of its JVM output, if there are any:
 /// what a failed start or readiness wait shows before giving up.
 pub fn show_failure(settings: &Settings, svc: Service) {
-    let main = settings.main_log(svc);
+    show_tails(&settings.main_log(svc), settings.out_log(svc).as_deref());
+}
+
+/// [`show_failure`] of the server whose log is `main` and JVM output `out`.
+pub fn show_tails(main: &Path, out: Option<&Path>) {
     if main.is_file() {
         log!("last 60 lines of {}:", main.display());
-        eprint!("{}", logfile::last_lines(&main, 60));
+        eprint!("{}", logfile::last_lines(main, 60));
     }
-    if let Some(out) = settings.out_log(svc) {
-        if std::fs::metadata(&out).is_ok_and(|m| m.len() > 0) {
+    if let Some(out) = out {
+        if std::fs::metadata(out).is_ok_and(|m| m.len() > 0) {
             log!("last 20 lines of {}:", out.display());
-            eprint!("{}", logfile::last_lines(&out, 20));
+            eprint!("{}", logfile::last_lines(out, 20));
         }
     }
+}
+
+/// [`show_tails`], then the error that ends the command.
+pub fn failed_with_tails(main: &Path, out: Option<&Path>, msg: String) -> anyhow::Error {
+    show_tails(main, out);
+    anyhow::anyhow!(msg)
 }
 
 /// [`show_failure`], then the error that ends the command.

@@ -54,7 +54,12 @@ impl Build {
     /// Starts `cargo build -p qim-stack-probe` (a no-op check when it is fresh); its errors go
     /// to `<state>/cql_probe_build.err`.
     pub fn start(settings: &Settings) -> anyhow::Result<Build> {
-        let err = settings.stack_dir.join("cql_probe_build.err");
+        Build::start_into(settings, &settings.stack_dir)
+    }
+
+    /// [`Build::start`], its errors into `<dir>/cql_probe_build.err`.
+    pub fn start_into(settings: &Settings, dir: &Path) -> anyhow::Result<Build> {
+        let err = dir.join("cql_probe_build.err");
         let child = cargo_build(settings, &err)?.spawn().context("running cargo")?;
         Ok(Build { child, err })
     }
@@ -87,12 +92,30 @@ impl Probe {
     /// followed by ` (LWT ok)`). Its complaints are appended to `cassandra/cql_probe.err`.
     pub fn cql(&self, settings: &Settings, lwt: bool) -> anyhow::Result<String> {
         let port = settings.ports.cassandra_cql.to_string();
-        let mut cmd = Command::new(&self.exe);
-        cmd.args(["cql", "--host", HOST, "--port", &port, "--timeout", "5"]);
+        let mut args = vec!["--host", HOST, "--port", &port];
         if lwt {
-            cmd.arg("--lwt");
+            args.push("--lwt");
         }
-        let err = File::options().create(true).append(true).open(err_file(settings))?;
+        self.run(&args, &err_file(settings))
+    }
+
+    /// `qim-stack-probe cql` against the ring node `host:port`: its release; with `ring`, also
+    /// that it sees that many nodes NORMAL and answering (`<release> (ring: ...)`). Complaints
+    /// are appended to `err`.
+    pub fn ring_node(&self, host: &str, port: u16, ring: Option<usize>, err: &Path) -> anyhow::Result<String> {
+        let port = port.to_string();
+        let nodes = ring.map(|n| n.to_string());
+        let mut args = vec!["--host", host, "--port", &port];
+        if let Some(n) = &nodes {
+            args.extend(["--ring", n]);
+        }
+        self.run(&args, err)
+    }
+
+    fn run(&self, args: &[&str], err: &Path) -> anyhow::Result<String> {
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(["cql", "--timeout", "5"]).args(args);
+        let err = File::options().create(true).append(true).open(err)?;
         cmd.stdin(Stdio::null()).stderr(err);
         let (ok, out) = output_within(&mut cmd, RUN_LIMIT)?;
         if !ok {

@@ -73,8 +73,25 @@ pub fn read_pid(path: &Path) -> Option<i32> {
 
 /// The pid of `svc` if its pid file names a live process that is that server.
 pub fn running_pid(settings: &Settings, svc: Service) -> Option<i32> {
-    let pid = read_pid(&settings.pid_file(svc))?;
-    ProcInfo::of(pid)?.is(&settings.identity(svc)).then_some(pid)
+    pid_if(&settings.pid_file(svc), &settings.identity(svc))
+}
+
+/// The pid in `pid_file` if it names a live process that `identity` recognises.
+pub fn pid_if(pid_file: &Path, identity: &Identity) -> Option<i32> {
+    let pid = read_pid(pid_file)?;
+    ProcInfo::of(pid)?.is(identity).then_some(pid)
+}
+
+/// SIGTERM, then SIGKILL if `pid` is still there after `limit`; returns once it is gone (or 5 s
+/// after the SIGKILL). True if it needed the SIGKILL.
+pub fn terminate(pid: i32, limit: Duration) -> bool {
+    signal(pid, Signal::TERM);
+    if wait_gone(pid, Some(limit), Duration::from_millis(200)) {
+        return false;
+    }
+    signal(pid, Signal::KILL);
+    wait_gone(pid, Some(Duration::from_secs(5)), Duration::from_millis(100));
+    true
 }
 
 /// Whether `pid` exists and is not a zombie.

@@ -1,12 +1,12 @@
-//! The Kafka topics the pipeline uses, created on every `up` when missing (RF 1). Other topics
-//! are auto-created by the broker with 4 partitions.
+//! The Kafka topics the pipeline uses, created on every `up` when missing (RF 1; RF 3 on the
+//! three-node mode's brokers). Other topics are auto-created by the broker with 4 partitions.
 
 use std::fs::File;
 use std::path::Path;
 
 use anyhow::bail;
 
-use crate::kafka::tool;
+use crate::kafka::tool_in;
 use crate::layout::{Service, Settings, HOST};
 use crate::log;
 use crate::process::wait_with_limit;
@@ -20,32 +20,46 @@ pub fn missing(listed: &[String]) -> Vec<(&'static str, u32)> {
     TOPICS.iter().copied().filter(|(name, _)| !listed.iter().any(|l| l == name)).collect()
 }
 
-/// Creates the missing topics, all at once (one admin JVM each, output in
-/// `kafka/topic-<name>.log`).
+/// Creates the single stack's missing topics (RF 1), all at once (one admin JVM each, output
+/// in `kafka/topic-<name>.log`).
 ///
 /// # Errors
 ///
 /// A creation failed (its output goes to stderr).
 pub fn ensure(settings: &Settings, java: &Path, listed: &[String]) -> anyhow::Result<()> {
+    let bootstrap = format!("{HOST}:{}", settings.ports.kafka);
+    ensure_on(settings, java, &settings.dir(Service::Kafka), &bootstrap, 1, listed)
+}
+
+/// [`ensure`] on the cluster at `bootstrap` with `replication` replicas per partition; the tool
+/// logs with, and writes its output into, the broker dir `dir`.
+pub fn ensure_on(
+    settings: &Settings,
+    java: &Path,
+    dir: &Path,
+    bootstrap: &str,
+    replication: u8,
+    listed: &[String],
+) -> anyhow::Result<()> {
     let absent = missing(listed);
     if absent.is_empty() {
         let names: String = TOPICS.iter().map(|(n, _)| format!("{n} ")).collect();
         log!("kafka topics present: {names}");
         return Ok(());
     }
-    let bootstrap = format!("{HOST}:{}", settings.ports.kafka);
-    let dir = settings.dir(Service::Kafka);
+    let rf = replication.to_string();
     let mut children = Vec::new();
     for (name, partitions) in &absent {
         let log_path = dir.join(format!("topic-{name}.log"));
         let out = File::create(&log_path)?;
-        let child = tool(
+        let child = tool_in(
             settings,
             java,
+            dir,
             &[
                 "org.apache.kafka.tools.TopicCommand",
                 "--bootstrap-server",
-                &bootstrap,
+                bootstrap,
                 "--create",
                 "--if-not-exists",
                 "--topic",
@@ -53,7 +67,7 @@ pub fn ensure(settings: &Settings, java: &Path, listed: &[String]) -> anyhow::Re
                 "--partitions",
                 &partitions.to_string(),
                 "--replication-factor",
-                "1",
+                &rf,
             ],
         )
         .stdout(out.try_clone()?)
@@ -77,7 +91,7 @@ pub fn ensure(settings: &Settings, java: &Path, listed: &[String]) -> anyhow::Re
         bail!("kafka topic creation failed");
     }
     let made: String = absent.iter().map(|(n, p)| format!("{n}:{p} ")).collect();
-    log!("kafka topics created: {made}(name:partitions, RF 1)");
+    log!("kafka topics created: {made}(name:partitions, RF {rf})");
     Ok(())
 }
 
