@@ -90,9 +90,10 @@ pub trait MessageStore: Send + Sync {
     async fn mark_committed(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit>;
 
     /// [`Self::mark_outbox_published`], then [`Self::mark_committed`], with their contracts:
-    /// RECORDED → OUTBOXED → COMMITTED. Each transition stays its own durable step, OUTBOXED
-    /// first, so a failure between them leaves OUTBOXED for the recovery loop; a backend may
-    /// send both in one round trip.
+    /// RECORDED → OUTBOXED → COMMITTED. Either each transition is its own durable step, OUTBOXED
+    /// first (a failure between them leaves OUTBOXED for the recovery loop), or a backend stores
+    /// both at once, atomically (a failure leaves RECORDED, which the recovery loop publishes
+    /// again). Never COMMITTED without the publication.
     async fn mark_outbox_published_and_committed(
         &self,
         key: &CommitKey,

@@ -39,6 +39,18 @@ struct CommitV1 {
     committed_at: Option<i64>,
 }
 
+/// A commit without its request: what Redis keeps beside the request bytes, so a transition
+/// compares and rewrites these few bytes instead of the whole payload.
+#[derive(Encode, Decode)]
+struct CommitHeadV1 {
+    seq: u64,
+    message_id: [u8; 16],
+    created_at: i64,
+    publication: Option<(i32, i64)>,
+    state: u8,
+    committed_at: Option<i64>,
+}
+
 #[derive(Encode, Decode)]
 struct RecordV1 {
     tenant: [u8; 16],
@@ -211,22 +223,73 @@ pub fn encode_commit(c: &Commit) -> Vec<u8> {
 /// publication, an uncommitted one must not carry a commit time.
 pub fn decode_commit(bytes: &[u8]) -> Result<Commit, CodecError> {
     const WHAT: &str = "commit";
-    let w: CommitV1 = decode_blob(WHAT, tag::COMMIT, V1, bytes)?;
-    let state = state_from(WHAT, w.state)?;
-    let intent = intent_domain(WHAT, w.intent)?;
+    commit_domain(WHAT, decode_blob(WHAT, tag::COMMIT, V1, bytes)?)
+}
+
+/// A decoded commit checked against the domain's rules: a committed commit carries its commit
+/// time and publication, an uncommitted one no commit time.
+fn commit_domain(what: &'static str, w: CommitV1) -> Result<Commit, CodecError> {
+    let state = state_from(what, w.state)?;
+    let intent = intent_domain(what, w.intent)?;
     if (state == CommitState::Committed) != w.committed_at.is_some() {
         return Err(CodecError::Invalid {
-            what: WHAT,
+            what,
             reason: format!("state {} with commit time {:?}", state.as_str(), w.committed_at),
         });
     }
     if (state >= CommitState::Outboxed) != intent.publication.is_some() {
         return Err(CodecError::Invalid {
-            what: WHAT,
+            what,
             reason: format!("state {} with publication {:?}", state.as_str(), intent.publication),
         });
     }
     Ok(Commit { intent, state, committed_at: w.committed_at.map(UnixMillis) })
+}
+
+/// The canonical bytes of a commit's *head*: everything but its request (seq, message id,
+/// creation time, publication, state, commit time). Stored beside [`encode_request`]'s bytes,
+/// the two together say exactly what [`encode_commit`] says, with the payload written once.
+pub fn encode_commit_head(c: &Commit) -> Vec<u8> {
+    let i = &c.intent;
+    let wire = CommitHeadV1 {
+        seq: i.seq.0,
+        message_id: i.message_id.0,
+        created_at: i.created_at.0,
+        publication: i.publication.map(|p| (p.partition, p.offset)),
+        state: state_code(c.state),
+        committed_at: c.committed_at.map(|t| t.0),
+    };
+    encode_blob(tag::COMMIT_HEAD, V1, &wire)
+}
+
+/// The commit stored as `request` bytes ([`encode_request`]) beside `stored`: a head
+/// ([`encode_commit_head`]) or a whole commit ([`encode_commit`], whose request must then be
+/// `request`). Checked like [`decode_commit`].
+pub fn decode_commit_parts(request: &[u8], stored: &[u8]) -> Result<Commit, CodecError> {
+    const WHAT: &str = "commit head";
+    if stored.first() == Some(&tag::COMMIT) {
+        let commit = decode_commit(stored)?;
+        if encode_request(&commit.intent.request) != request {
+            return Err(CodecError::Invalid {
+                what: "commit",
+                reason: "the commit's request differs from the request bytes beside it".to_owned(),
+            });
+        }
+        return Ok(commit);
+    }
+    let w: CommitHeadV1 = decode_blob(WHAT, tag::COMMIT_HEAD, V1, stored)?;
+    let wire = CommitV1 {
+        intent: IntentV1 {
+            request: decode_blob("commit request", tag::REQUEST, V1, request)?,
+            seq: w.seq,
+            message_id: w.message_id,
+            created_at: w.created_at,
+            publication: w.publication,
+        },
+        state: w.state,
+        committed_at: w.committed_at,
+    };
+    commit_domain(WHAT, wire)
 }
 
 /// The canonical bytes of a history record (both tiers and the `qim.messages.v1` value).

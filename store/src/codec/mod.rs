@@ -20,8 +20,8 @@ pub use ledger::{LedgerItem, RetentionLedger, LEDGER_MAX_ITEMS};
 pub(crate) use mailbox::validate_group;
 pub use mailbox::{decode_event_group, decode_manifest, encode_event_group, encode_manifest};
 pub use message::{
-    decode_commit, decode_intent, decode_record, decode_request, encode_commit, encode_intent, encode_record,
-    encode_request,
+    decode_commit, decode_commit_parts, decode_intent, decode_record, decode_request, encode_commit,
+    encode_commit_head, encode_intent, encode_record, encode_request,
 };
 
 use bincode::config::{BigEndian, Configuration, Fixint, Limit};
@@ -133,6 +133,7 @@ mod tag {
     pub const INTENT: u8 = 0x52;
     pub const COMMIT: u8 = 0x53;
     pub const RECORD: u8 = 0x54;
+    pub const COMMIT_HEAD: u8 = 0x55;
     pub const EVENT_GROUP: u8 = 0x61;
     pub const MANIFEST: u8 = 0x62;
 }

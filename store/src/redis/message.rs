@@ -17,7 +17,7 @@
 //! | `<ns>:{c:<tenant><conversation>}:lowbound` | string | hot-tier lower bound: seqs ≤ it were trimmed (absent = 0) |
 //! | `<ns>:{c:<tenant><conversation>}:gcdone` | SET | seqs the expiry drain deleted whose expiry member may remain |
 //! | `<ns>:{c:<tenant><conversation>}:archived` | string | archived watermark: the trim never passes it (absent = 0) |
-//! | `<ns>:{k:<tenant><sender>}:commit:<client id>` | HASH | `req` = request bytes, `commit` = commit blob |
+//! | `<ns>:{k:<tenant><sender>}:commit:<client id>` | HASH | `req` = request bytes, `commit` = the commit's head: seq, message id, times, publication, state (a whole commit blob when an earlier release wrote it) |
 //! | `<ns>:{recovery:<shard>}` | ZSET | unfinished commits: score = created_at ms, member = `<tenant><sender>:<created_at>:<client id>` |
 //! | `<ns>:{commitgc:<shard>}` | ZSET | COMMITTED commits: score = committed_at ms, same member |
 //! | `<ns>:{msghistorygc:<shard>}` | ZSET | hot-tier expiry index: score = expiry ms, member = `<tenant>\|<conversation>\|<seq>` |
@@ -47,7 +47,8 @@
 //! Round trips per step when the same store drives a send from `reserve` to `mark_committed`
 //! (the writer's hot path), and when it did not drive the earlier steps (the recovery loop in
 //! another process, a retry after a restart). The writer stores OUTBOXED and COMMITTED with one
-//! call, `mark_outbox_published_and_committed`, so its send costs 5 round trips:
+//! call, `mark_outbox_published_and_committed`, so its send costs 5 round trips and 5 scripts
+//! (seq allocation, reserve, record, and two compare-and-sets):
 //!
 //! | step | hot path | cold |
 //! |------|---------:|-----:|
@@ -61,8 +62,8 @@
 //!
 //! The hot path skips reading the commit because the store remembers, for each commit in flight,
 //! the exact commit it last wrote or read (the *in-flight knowledge*, module `inflight`): a hint,
-//! never trusted on its own. Every transition is a compare-and-set of the whole blob
-//! (`message_commit_cas.lua`), so a stale hint only turns into the `Conflict` (or `NotFound`) a
+//! never trusted on its own. Every transition is a compare-and-set of the commit's whole head
+//! (`message_commit_cas.lua`; the request beside it never changes once reserved), so a stale hint only turns into the `Conflict` (or `NotFound`) a
 //! changed commit always got; the one write made on a hint before any CAS, `put_record`'s record,
 //! is guarded in its script (below).
 //!
@@ -108,12 +109,11 @@
 //!   recovery loop), by the same argument. A CAS that lands without them is covered by
 //!   `mark_committed`, which registers again unless this store saw them succeed.
 //! - `mark_outbox_published_and_committed` (the writer's path): when this store saw the
-//!   registrations succeed, ⟨CAS RECORDED → OUTBOXED ‖ CAS OUTBOXED → COMMITTED ‖ ZADD
-//!   `{commitgc}` ‖ ZREM settled⟩, then as `mark_committed` (3). Both CAS address the commit's
-//!   slot, so one node runs them in order, and the second compares against exactly the first
-//!   one's result: COMMITTED never lands without this OUTBOXED before it, a crash or a refusal
-//!   in between leaves OUTBOXED (for the recovery loop), and another driver's step in between
-//!   makes the second a `Conflict`, as with two round trips. Otherwise the two steps in turn.
+//!   registrations succeed, ⟨CAS RECORDED → COMMITTED ‖ ZADD `{commitgc}` ‖ ZREM settled⟩, then
+//!   as `mark_committed` (3). The one CAS stores the publication and COMMITTED together (OUTBOXED
+//!   and COMMITTED at once, atomically), so a crash or a refusal leaves RECORDED (the recovery
+//!   loop publishes again: a physical duplicate with the same seq) or COMMITTED, and another
+//!   driver's step first makes it a `Conflict`. Otherwise the two steps in turn.
 //! - `mark_committed`: (1) only when this store did not see the registrations succeed at
 //!   RECORDED or OUTBOXED: register the record, strictly before the transition, because a repeated
 //!   `mark_committed` after it is a `Conflict` and could never register it; (2) ⟨CAS
@@ -159,7 +159,7 @@ use self::scripts::{expect_ok, invoke, query, Link, Reply};
 use super::index_shard::ShardCursor;
 use super::{connect_checked, RedisConfig};
 use crate::clock::Clock;
-use crate::codec::{decode_commit, encode_request};
+use crate::codec::{decode_commit_parts, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{MessageId, TenantId, UnixMillis, UserId};
 use crate::message::{
@@ -220,6 +220,7 @@ impl std::fmt::Debug for RedisMessageStore {
 
 /// A commit as read from its hash.
 struct Stored {
+    /// The `commit` field exactly as stored (what a CAS from this commit compares).
     blob: Vec<u8>,
     request_bytes: Vec<u8>,
     commit: Commit,
@@ -241,8 +242,8 @@ fn aux_due(commit: &Commit, now: UnixMillis) -> bool {
 
 /// Decodes a stored commit and checks it against the key it was found under.
 fn decode_stored(key: &CommitKey, request_bytes: Vec<u8>, blob: Vec<u8>) -> StoreResult<Stored> {
-    let commit = decode_commit(&blob)?;
-    if commit.intent.request.key != *key || encode_request(&commit.intent.request) != request_bytes {
+    let commit = decode_commit_parts(&request_bytes, &blob)?;
+    if commit.intent.request.key != *key {
         return Err(StoreError::CorruptEntry(format!(
             "{}: the stored commit does not match its key or request bytes",
             context(key)

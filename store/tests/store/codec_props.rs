@@ -198,6 +198,31 @@ proptest! {
         check_blob(&i)?;
     }
 
+    /// A commit stored as request bytes beside its head (the Redis layout) reads back as the
+    /// same commit, as does an earlier release's whole commit beside its request; a head or a
+    /// request mutated in one byte is refused or reads back as exactly what its bytes say, and a
+    /// whole commit beside another request is refused.
+    #[test]
+    fn commit_heads_beside_their_request_round_trip(c in commit(), other in request(), at in any::<usize>(), xor in any::<u8>()) {
+        let (req, head) = (encode_request(&c.intent.request), encode_commit_head(&c));
+        prop_assert_eq!(decode_commit_parts(&req, &head).unwrap(), c.clone());
+        prop_assert!(head.len() < 64, "a head is small: {} bytes", head.len());
+        prop_assert_eq!(decode_commit_parts(&req, &encode_commit(&c)).unwrap(), c.clone());
+        if other != c.intent.request {
+            prop_assert!(decode_commit_parts(&encode_request(&other), &encode_commit(&c)).is_err());
+        }
+        for cut in 0..head.len() {
+            prop_assert!(decode_commit_parts(&req, &head[..cut]).is_err(), "a {}-byte prefix of a head", cut);
+        }
+        let mut mutated = head.clone();
+        let i = at % mutated.len();
+        mutated[i] ^= xor.max(1);
+        if let Ok(m) = decode_commit_parts(&req, &mutated) {
+            prop_assert_eq!(encode_commit_head(&m), mutated);
+        }
+        prop_assert!(decode_commit_parts(&head, &head).is_err(), "a head is not a request");
+    }
+
     #[test]
     fn records_round_trip(r in record(), at in any::<usize>(), xor in any::<u8>()) {
         let b = encode_record(&r);

@@ -2,8 +2,8 @@
 //! so the next step of the same send can go straight to its compare-and-set instead of reading
 //! the commit first.
 //!
-//! It is a hint, never a source of truth: every step that uses it still compares the whole
-//! commit blob in its CAS script, and a mismatch is answered exactly as a changed commit was
+//! It is a hint, never a source of truth: every step that uses it still compares the commit's
+//! whole head in its CAS script, and a mismatch is answered exactly as a changed commit was
 //! before (`Conflict`, or `NotFound` when it is gone). The one write made on the strength of the
 //! hint before any CAS, `put_record`'s record, is guarded in the script against everything a
 //! stale hint could ask for (see `message_put_record.lua`, mode `known`).

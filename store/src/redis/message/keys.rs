@@ -96,7 +96,7 @@ impl Keys {
     }
 
     /// `<ns>:{k:<tenant hex><sender hex>}:commit:<client id>`: HASH with `req` (request bytes)
-    /// and `commit` (commit blob).
+    /// and `commit` (the commit's head, `codec::encode_commit_head`).
     pub(super) fn commit(&self, key: &CommitKey) -> String {
         let client = key.client_message_id.as_str();
         let mut out = String::with_capacity(self.ns.len() + 78 + client.len());

@@ -6,7 +6,7 @@ use super::keys::{self, aux_member, aux_shard};
 use super::lease::{self, Allocation};
 use super::scripts::{self, answered, bytes, run, status, Batch};
 use super::{decode_stored, one, two, Described, RedisMessageStore};
-use crate::codec::{decode_commit, encode_commit, encode_request};
+use crate::codec::{decode_commit_parts, encode_commit_head, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationSeq, MessageId};
 use crate::message::{Commit, CommitIntent, CommitRequest, CommitState};
@@ -91,7 +91,7 @@ impl RedisMessageStore {
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
         // (2) The commit, if the key is still free.
         let mut batch = Batch::default();
-        batch.script(&scripts::RESERVE, &[&self.keys.commit(key)]).arg(&request_bytes).arg(encode_commit(&commit));
+        batch.script(&scripts::RESERVE, &[&self.keys.commit(key)]).arg(&request_bytes).arg(encode_commit_head(&commit));
         let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
         let reply = answered("reserving a commit", reply)?;
         let (outcome, rest) = status("message_reserve", &Described(key), reply)?;
@@ -109,7 +109,7 @@ impl RedisMessageStore {
                     ));
                 };
                 if req != request_bytes.as_slice() {
-                    let theirs = decode_commit(blob).ok().map(|c| c.intent);
+                    let theirs = decode_commit_parts(req, blob).ok().map(|c| c.intent);
                     if let Some(theirs) = &theirs {
                         self.abandoned(seq, theirs).await;
                         if theirs.created_at != created_at {
@@ -123,7 +123,9 @@ impl RedisMessageStore {
                 if first.commit.intent.created_at != created_at {
                     self.give_up_orphan(&member).await;
                 }
-                if first.commit.state != CommitState::Committed {
+                // Remembered only as stored in this release's layout: a whole commit an earlier
+                // release wrote is read again by the next step (its CAS compares those bytes).
+                if first.commit.state != CommitState::Committed && first.blob == encode_commit_head(&first.commit) {
                     self.inflight.remember(first.commit.clone(), false);
                 }
                 Ok(first.commit)

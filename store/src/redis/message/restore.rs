@@ -10,7 +10,7 @@ use super::keys::{aux_member, aux_shard, claim};
 use super::lease::RecentRecords;
 use super::scripts::{answered, run, status, Batch, Reply, RESTORE_COMMIT, RESTORE_RECORD};
 use super::{RedisMessageStore, COMMITTED_REDIS_TTL_MILLIS};
-use crate::codec::{encode_commit, encode_record, encode_request};
+use crate::codec::{encode_commit_head, encode_record, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, TenantId, UnixMillis};
 use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, PublishedRecord};
@@ -123,7 +123,7 @@ impl RedisMessageStore {
             batch
                 .script(&RESTORE_COMMIT, &[&self.keys.commit(key)])
                 .arg(encode_request(&commit.intent.request))
-                .arg(encode_commit(commit))
+                .arg(encode_commit_head(commit))
                 .arg(COMMITTED_REDIS_TTL_MILLIS);
         }
         let what = "restoring a history record";

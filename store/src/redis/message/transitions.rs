@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError};
 use super::keys::{aux_member, aux_shard};
 use super::scripts::{self, answered, expect_ok, run, status, Batch, Reply};
 use super::{at_least, inflight, missing, one, Described, RedisMessageStore, COMMITTED_REDIS_TTL_MILLIS};
-use crate::codec::{encode_commit, encode_intent, encode_record};
+use crate::codec::{encode_commit_head, encode_intent, encode_record};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::MessageId;
 use crate::message::{Commit, CommitIntent, CommitKey, CommitState, Publication};
@@ -19,7 +19,7 @@ impl RedisMessageStore {
     /// Redis holds exactly that commit.
     pub(super) async fn record(&self, key: &CommitKey, reserved: Commit, known: bool) -> StoreResult<Commit> {
         let known_blob = if known && self.write_record(&reserved.intent, "known").await? {
-            Some(encode_commit(&reserved))
+            Some(encode_commit_head(&reserved))
         } else {
             None
         };
@@ -122,7 +122,7 @@ impl RedisMessageStore {
         message_id: MessageId,
     ) -> StoreResult<(Commit, Vec<u8>, bool)> {
         Ok(match self.known(key, CommitState::Recorded, message_id) {
-            Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
+            Some(k) => (k.commit.clone(), encode_commit_head(&k.commit), k.registered),
             None => {
                 let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
                 expect_message(key, &stored.commit, message_id)?;
@@ -133,8 +133,8 @@ impl RedisMessageStore {
     }
 
     /// `mark_outbox_published_and_committed`: when this store saw the hot-tier registrations
-    /// succeed, ⟨CAS RECORDED → OUTBOXED ‖ CAS OUTBOXED → COMMITTED ‖ ZADD `{commitgc}` ‖
-    /// ZREM settled⟩ in one round trip; otherwise the two steps one after the other.
+    /// succeed, ⟨CAS RECORDED → COMMITTED (published) ‖ ZADD `{commitgc}` ‖ ZREM settled⟩ in one
+    /// round trip; otherwise the two steps one after the other.
     pub(super) async fn outbox_and_commit(
         &self,
         key: &CommitKey,
@@ -146,29 +146,24 @@ impl RedisMessageStore {
             self.outbox(key, message_id, publication).await?;
             return self.commit(key, message_id).await;
         };
-        let read = encode_commit(&known.commit);
+        let read = encode_commit_head(&known.commit);
         let now = self.clock.now();
-        let mut outboxed = known.commit.clone();
-        outboxed.intent.publication = Some(publication);
-        outboxed.state = CommitState::Outboxed;
-        let mut committed = outboxed.clone();
+        let mut committed = known.commit.clone();
+        committed.intent.publication = Some(publication);
         committed.state = CommitState::Committed;
         committed.committed_at = Some(now);
-        // The second CAS compares against the first one's result, and both address the commit's
-        // slot (one node, in order): COMMITTED lands only on top of this OUTBOXED. Another
-        // driver's step between the two makes the second a Conflict, as two round trips would.
+        // One compare-and-set takes the commit through OUTBOXED to COMMITTED at once: what a
+        // crash or another driver could see between the two never exists, so the commit is either
+        // still RECORDED (publish again) or COMMITTED with this publication.
         let member = aux_member(key, committed.intent.created_at);
         let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &outboxed, 0);
-        self.cas(&mut batch, key, &encode_commit(&outboxed), &committed, COMMITTED_REDIS_TTL_MILLIS);
+        self.cas(&mut batch, key, &read, &committed, COMMITTED_REDIS_TTL_MILLIS);
         batch.command("ZADD").arg(self.keys.commit_gc(aux_shard(&member))).arg(now.0).arg(&member);
         self.unlist_settled(&mut batch);
         let mut replies = run(&self.con, "publishing and committing a commit", batch).await?.into_iter();
-        let (Some(to_outboxed), Some(to_committed), Some(listed)) = (replies.next(), replies.next(), replies.next())
-        else {
+        let (Some(to_committed), Some(listed)) = (replies.next(), replies.next()) else {
             return Err(missing("message_commit_cas"));
         };
-        self.cas_outcome(key, to_outboxed)?;
         self.cas_outcome(key, to_committed)?;
         // This commit's recovery entry goes on a later round trip, once both are confirmed.
         if listed.is_ok() {
@@ -191,7 +186,7 @@ impl RedisMessageStore {
     pub(super) async fn commit(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
         let now = self.clock.now();
         let (current, read, registered) = match self.known(key, CommitState::Outboxed, message_id) {
-            Some(k) => (k.commit.clone(), encode_commit(&k.commit), k.registered),
+            Some(k) => (k.commit.clone(), encode_commit_head(&k.commit), k.registered),
             None => {
                 let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
                 expect_message(key, &stored.commit, message_id)?;
@@ -261,7 +256,7 @@ impl RedisMessageStore {
         batch
             .script(&scripts::COMMIT_CAS, &[&self.keys.commit(key)])
             .arg(read)
-            .arg(encode_commit(next))
+            .arg(encode_commit_head(next))
             .arg(redis_ttl_millis);
     }
 

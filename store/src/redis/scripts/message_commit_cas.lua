@@ -1,9 +1,11 @@
--- Compare-and-set of a commit blob: one state transition, taken only if the commit is still
--- exactly what the caller read (so the transition happens once, from its predecessor).
+-- Compare-and-set of a commit: one state transition, taken only if the commit is still exactly
+-- what the caller read (so the transition happens once, from its predecessor). The `commit`
+-- field holds the commit's head (all but the request, which `req` holds and never changes), so
+-- what is compared and written is a few dozen bytes, not the payload.
 --
 -- KEYS[1]  the commit hash
--- ARGV[1]  the commit blob the caller read
--- ARGV[2]  the commit blob to store
+-- ARGV[1]  the `commit` field the caller read (a head; an earlier release's whole commit blob)
+-- ARGV[2]  the head to store
 -- ARGV[3]  milliseconds of Redis TTL to set on the hash (0: leave it); a safety net only, the
 --          auxiliary TTL is enforced by gc_committed_auxiliary on the injected clock
 --

@@ -1,8 +1,8 @@
--- Deletes a commit hash only if its commit blob is still exactly what the caller read (a
--- COMMITTED commit past its auxiliary TTL); a key reused meanwhile is left alone.
+-- Deletes a commit hash only if its `commit` field (the head) is still exactly what the caller
+-- read (a COMMITTED commit past its auxiliary TTL); a key reused meanwhile is left alone.
 --
 -- KEYS[1]  the commit hash
--- ARGV[1]  the commit blob the caller read
+-- ARGV[1]  the `commit` field the caller read
 --
 -- Replies: {'ok'} | {'conflict', reason} | {'notfound', reason}
 local current = redis.call('HGET', KEYS[1], 'commit')

@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  the commit hash   <ns>:{k:<tenant><sender>}:commit:<client id>
 -- ARGV[1]  the canonical request bytes (the stable request identity)
--- ARGV[2]  the canonical RESERVED commit blob
+-- ARGV[2]  the RESERVED commit's head (codec::encode_commit_head: all but the request)
 --
 -- Replies:
 --   {'ok'}                        the commit was created

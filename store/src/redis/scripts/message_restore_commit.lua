@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  the commit hash   <ns>:{k:<tenant><sender>}:commit:<client id>
 -- ARGV[1]  the canonical request bytes
--- ARGV[2]  the canonical COMMITTED commit blob
+-- ARGV[2]  the COMMITTED commit's head (codec::encode_commit_head)
 -- ARGV[3]  milliseconds of Redis TTL for the hash (the safety net committed commits carry)
 --
 -- Replies: {'restored'} | {'present'}
