@@ -11,6 +11,7 @@ mod codec_props;
 mod memory_contract;
 mod message_model;
 mod redis_cluster_topology;
+mod redis_commit_layout;
 mod redis_hot_tier;
 mod redis_mailbox_contract;
 mod redis_mailbox_differential;

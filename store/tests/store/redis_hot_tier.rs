@@ -28,14 +28,14 @@ fn marks() -> Arc<MemorySeqHighWater> {
     MARKS.get_or_init(Arc::default).clone()
 }
 
-async fn open(redis: &PrivateRedis, days: u32, clock: Arc<ManualClock>) -> RedisMessageStore {
+pub(crate) async fn open(redis: &PrivateRedis, days: u32, clock: Arc<ManualClock>) -> RedisMessageStore {
     let config = RedisConfig { url: redis.url(), namespace: "qim".into() };
     let policy = RetentionPolicy::with_default_days(days).expect("legal days");
     let store = RedisMessageStore::open(&config, policy, clock).await.expect("private redis answers");
     store.with_seq_leases(SeqLeases::new(marks()))
 }
 
-async fn raw(redis: &PrivateRedis) -> redis::aio::MultiplexedConnection {
+pub(crate) async fn raw(redis: &PrivateRedis) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(redis.url()).expect("url");
     client.get_multiplexed_async_connection().await.expect("private redis answers")
 }
