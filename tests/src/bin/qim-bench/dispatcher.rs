@@ -42,6 +42,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use tokio_util::sync::CancellationToken;
 
+use super::redis_server::RedisServers;
 use super::{drive, Args, Measurement};
 
 const SHARDS: u16 = 8;
@@ -293,10 +294,22 @@ async fn measure_in(kind: &str, w: &World, args: &Args) -> anyhow::Result<serde_
         .iter()
         .map(|m| conversations.iter().find(|c| c.0 == m.conversation).map_or(0, |c| c.2.len() as i64))
         .sum();
+    let mut redis_servers = match kind {
+        "redis" => Some(RedisServers::connect(&args.redis_url()).await?),
+        _ => None,
+    };
+    let redis_before = match &mut redis_servers {
+        Some(servers) => Some(servers.stats().await?),
+        None => None,
+    };
     let started = Instant::now();
     produce(&producer, &w.kafka.messages_topic, &measured).await?;
     drained(&probe, &w.kafka.dispatch_topic, &expected).await?;
     let wall = started.elapsed();
+    let redis_used = match (&mut redis_servers, &redis_before) {
+        (Some(servers), Some(before)) => Some(servers.stats().await?.since(before)),
+        _ => None,
+    };
     let hot_lwts = scylla.as_ref().map_or(0, |s| s.lwt_count()) - lwts_before;
     shutdown.cancel();
     running.wait().await?;
@@ -323,10 +336,25 @@ async fn measure_in(kind: &str, w: &World, args: &Args) -> anyhow::Result<serde_
         _ => "0 (Redis has no LWT)".to_owned(),
     };
     println!("  LWTs on the hot path: {lwt_line}");
+    if let Some(used) = &redis_used {
+        let per_entry = |v: f64| v / entries as f64;
+        let profile: Vec<String> = used
+            .top_commands(8)
+            .iter()
+            .map(|(c, t)| format!("{c} {:.3}×/{:.2}", per_entry(t.calls as f64), per_entry(t.usec as f64)))
+            .collect();
+        println!(
+            "  Redis per entry (the dispatcher's phase, whatever else ran): CPU {:.2} µs (target ≤ 12); \
+             command time (calls/µs): {}",
+            per_entry(used.cpu * 1e6),
+            profile.join(", ")
+        );
+    }
     Ok(serde_json::json!({
         "messages": messages, "members": members, "entries": entries, "records": records,
         "dispatcher_entries_per_second": through, "raw_entries_per_second": raw.0.per_second,
         "raw_concurrency": raw.1, "dispatcher_over_raw": through / raw.0.per_second, "hot_path_lwts": hot_lwts,
+        "redis_cpu_us_per_entry": redis_used.as_ref().map(|u| u.cpu * 1e6 / entries as f64),
     }))
 }
 

@@ -38,7 +38,9 @@ impl Cpu {
 
     fn add(&mut self, other: Self) {
         self.process += other.process;
+        let aof = self.redis.aof_bytes.unwrap_or(0) + other.redis.aof_bytes.unwrap_or(0);
         self.redis.add(&other.redis);
+        self.redis.aof_bytes = Some(aof);
         self.kafka = match (self.kafka, other.kafka) {
             (Some(a), Some(b)) => Some(a + b),
             (None, b) => b,
@@ -59,7 +61,9 @@ pub struct Totals {
     wall: f64,
     p50: Vec<f64>,
     p99: Vec<f64>,
-    /// CPU used over the rounds.
+    /// Operations over the rounds in which no AOF rewrite began (the AOF's growth is known).
+    aof_ops: u64,
+    /// CPU used over the rounds (the AOF's growth: over those rounds only).
     pub cpu: Cpu,
 }
 
@@ -70,6 +74,9 @@ impl Totals {
         self.wall += ops as f64 / m.per_second;
         self.p50.push(ms(m.p50));
         self.p99.push(ms(m.p99));
+        if cpu.redis.aof_bytes.is_some() {
+            self.aof_ops += ops;
+        }
         self.cpu.add(cpu);
     }
 
@@ -105,9 +112,10 @@ impl Totals {
         self.micros(self.cpu.process + self.cpu.redis.cpu + self.cpu.kafka.unwrap_or(0.0))
     }
 
-    /// Bytes appended to the AOF per operation (over every server).
-    pub fn aof_bytes_per_op(&self) -> f64 {
-        self.cpu.redis.aof_bytes as f64 / self.ops as f64
+    /// Bytes appended to the AOF per operation (over every server), over the rounds without a
+    /// rewrite; `None` when every round had one.
+    pub fn aof_bytes_per_op(&self) -> Option<f64> {
+        (self.aof_ops > 0).then(|| self.cpu.redis.aof_bytes.unwrap_or(0) as f64 / self.aof_ops as f64)
     }
 
     /// The Redis commands that took the most time, per operation: `name calls×/µs`, slowest

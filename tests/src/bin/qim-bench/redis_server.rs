@@ -30,9 +30,11 @@ pub struct ServerStats {
     /// CPU seconds, `used_cpu_user` + `used_cpu_sys` (the main process and its threads, without
     /// AOF rewrite children).
     pub cpu: f64,
-    /// Bytes in the AOF (`aof_current_size`; 0 with the AOF off). Over a stretch without a
-    /// rewrite, what was appended.
-    pub aof_bytes: i64,
+    /// Bytes in the AOF (`aof_current_size`; 0 with the AOF off). Over a stretch, what was
+    /// appended, or `None` when a rewrite started over meanwhile (the size then says nothing).
+    pub aof_bytes: Option<i64>,
+    /// AOF rewrites so far (`aof_rewrites`).
+    aof_rewrites: u64,
     /// Per command (`evalsha`, `hset`, `config|get`, ...).
     pub commands: BTreeMap<String, CommandTime>,
 }
@@ -53,13 +55,18 @@ impl ServerStats {
             })
             .filter(|(_, d)| d.calls > 0)
             .collect();
-        Self { cpu: self.cpu - before.cpu, aof_bytes: self.aof_bytes - before.aof_bytes, commands }
+        let aof_bytes = match (self.aof_bytes, before.aof_bytes) {
+            (Some(now), Some(then)) if self.aof_rewrites == before.aof_rewrites => Some(now - then),
+            _ => None,
+        };
+        Self { cpu: self.cpu - before.cpu, aof_bytes, aof_rewrites: 0, commands }
     }
 
-    /// Adds `other`'s counters to these.
+    /// Adds the counters of `other`, another stretch, to these (the AOF bytes are known only
+    /// when they are known for both).
     pub fn add(&mut self, other: &Self) {
         self.cpu += other.cpu;
-        self.aof_bytes += other.aof_bytes;
+        self.aof_bytes = self.aof_bytes.zip(other.aof_bytes).map(|(a, b)| a + b);
         for (name, t) in &other.commands {
             let mine = self.commands.entry(name.clone()).or_default();
             mine.calls += t.calls;
@@ -79,7 +86,8 @@ impl ServerStats {
     fn add_server(&mut self, info: &InfoDict) {
         let number = |key: &str| info.get::<String>(key).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
         self.cpu += number("used_cpu_user") + number("used_cpu_sys");
-        self.aof_bytes += number("aof_current_size") as i64;
+        self.aof_bytes = Some(self.aof_bytes.unwrap_or(0) + number("aof_current_size") as i64);
+        self.aof_rewrites += number("aof_rewrites") as u64;
         for (key, value) in info.iter() {
             let Some(name) = key.strip_prefix("cmdstat_") else { continue };
             let Ok(text) = redis::from_redis_value_ref::<String>(value) else { continue };
@@ -161,7 +169,9 @@ mod tests {
         };
         let delta = read(after).since(&read(before));
         assert!((delta.cpu - 1.5).abs() < 1e-9, "{}", delta.cpu);
-        assert_eq!(delta.aof_bytes, 3000);
+        assert_eq!(delta.aof_bytes, Some(3000));
+        let rewritten = read(&format!("{after}aof_rewrites:1\r\n")).since(&read(before));
+        assert_eq!(rewritten.aof_bytes, None, "a rewrite between the two says nothing of what was appended");
         assert_eq!(delta.commands["evalsha"], CommandTime { calls: 20, usec: 300 });
         assert_eq!(delta.top_commands(1), vec![("evalsha", CommandTime { calls: 20, usec: 300 })]);
         assert_eq!(delta.commands.len(), 2);
