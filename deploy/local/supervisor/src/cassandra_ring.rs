@@ -144,6 +144,7 @@ mod tests {
         let y = cassandra::node_yaml(&n3);
         assert!(y.contains("\ncluster_name: qim-rf3\n"), "{y}");
         assert!(y.contains("\nnum_tokens: 1\ninitial_token: 3074457345618258602\nauto_bootstrap: false\n"), "{y}");
+        assert!(y.contains("\nblock_for_peers_timeout_in_secs: -1\n"), "{y}");
         assert!(y.contains("      - seeds: \"127.0.0.1:7010\"\n"), "{y}");
         assert!(y.contains("\nlisten_address: 127.0.0.3\nstorage_port: 7010\nrpc_address: 127.0.0.3\n"), "{y}");
         assert!(y.contains("\nnative_transport_port: 9142\n"), "{y}");
