@@ -20,6 +20,9 @@ use crate::process::{pid_if, signal, terminate, wait_gone};
 use crate::rf3_layout::{Node, NODES};
 use crate::{cassandra_ring, kafka_cluster, log, ports};
 
+/// Why one half of `rf3 up` stopped waiting: the other half failed.
+const ABORTED: &str = "rf3 up stopped: the other half failed";
+
 /// The pid of `node` if it runs.
 fn running(settings: &Settings, node: Node) -> Option<i32> {
     pid_if(&settings.rf3.pid_file(node), &settings.rf3.identity(node))
@@ -64,7 +67,7 @@ pub fn up(settings: &Settings) -> anyhow::Result<ExitCode> {
     let failed = AtomicBool::new(false);
     let alive = || -> anyhow::Result<()> {
         if failed.load(Ordering::Relaxed) {
-            bail!("rf3 up stopped: the other half failed");
+            bail!(ABORTED);
         }
         Ok(())
     };
@@ -78,7 +81,8 @@ pub fn up(settings: &Settings) -> anyhow::Result<ExitCode> {
         let ring = (|| -> anyhow::Result<Probe> {
             let probe = probe_build.finish(settings)?;
             for n in 1..=NODES {
-                if cassandra_ring::running_pid(settings, n).is_none() {
+                // (A node started above that died already is not started again: its wait fails.)
+                if !cassandra_started.contains(&n) && cassandra_ring::running_pid(settings, n).is_none() {
                     cassandra_ring::start(settings, &java, n)?;
                     cassandra_started.push(n);
                 }
@@ -94,8 +98,12 @@ pub fn up(settings: &Settings) -> anyhow::Result<ExitCode> {
         failed.fetch_or(ring.is_err(), Ordering::Relaxed);
         (kafka.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the kafka wait panicked"))), ring)
     });
-    let probe = ring?;
-    kafka?;
+    // The error to show is the half's that failed first, not the other's "stopped".
+    let probe = match (ring, kafka) {
+        (Ok(probe), Ok(())) => probe,
+        (Err(r), Err(k)) => return Err(if r.to_string() == ABORTED { k } else { r }),
+        (Err(e), _) | (_, Err(e)) => return Err(e),
+    };
     for n in 1..=NODES {
         cassandra_ring::wait(settings, &probe, n, true, &|| Ok(()))?;
     }
