@@ -14,6 +14,8 @@ use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
 
+use crate::publisher::{Compression, ProducerTuning};
+
 /// Every variable the writer reads.
 #[derive(Args, Clone, Debug)]
 pub struct WriterEnv {
@@ -52,6 +54,12 @@ pub struct WriterArgs {
     /// Seqs one durable lease covers: after a Redis loss a conversation skips at most this many; the durable high-water mark is raised once per this many sends.
     #[arg(long, verbatim_doc_comment, env = "QIM_SEQ_LEASE_BLOCK", default_value = "64", value_parser = whole(2, 1_000_000))]
     seq_lease_block: Whole,
+    /// Milliseconds a produced record waits for others to share its Kafka batch (`linger.ms`).
+    #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_KAFKA_LINGER_MS", default_value = "1", value_parser = whole(0, 1000))]
+    writer_kafka_linger_ms: Whole,
+    /// Compression of the writer's Kafka batches (`compression.type`): `none`, `gzip`, `snappy`, `lz4` or `zstd`.
+    #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_KAFKA_COMPRESSION", default_value = "lz4", value_enum)]
+    writer_kafka_compression: Compression,
 }
 
 /// Where the writer keeps commit state and history.
@@ -86,6 +94,8 @@ pub struct WriterConfig {
     pub backend: Backend,
     /// Kafka bootstrap servers.
     pub kafka_brokers: String,
+    /// How the producer batches.
+    pub producer: ProducerTuning,
     /// The committed-message topic.
     pub messages_topic: String,
     /// The archiver's consumer group: its committed offsets end the archived part of the topic.
@@ -127,6 +137,10 @@ impl Environment for WriterEnv {
         Ok(WriterConfig {
             backend,
             kafka_brokers: self.kafka.kafka_brokers.clone(),
+            producer: ProducerTuning {
+                linger: Duration::from_millis(w.writer_kafka_linger_ms.get()),
+                compression: w.writer_kafka_compression,
+            },
             messages_topic: self.kafka.messages_topic.clone(),
             archiver_group: self.archiver_group.archiver_group.clone(),
             seq_lease_block: w.seq_lease_block.get(),

@@ -41,11 +41,58 @@ pub trait Publish: Send + Sync {
     async fn publish(&self, record: &MessageRecord) -> Result<Publication, PublishError>;
 }
 
+/// Compression of the batches the writer produces (librdkafka's `compression.type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compression {
+    /// Uncompressed.
+    None,
+    /// gzip.
+    Gzip,
+    /// Snappy.
+    Snappy,
+    /// LZ4.
+    Lz4,
+    /// Zstandard.
+    Zstd,
+}
+
+impl Compression {
+    /// The `compression.type` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Gzip => "gzip",
+            Compression::Snappy => "snappy",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// How the writer's producer fills its batches. Idempotence and `acks=all` are not tunable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerTuning {
+    /// How long a record waits for others to share its batch (`linger.ms`).
+    pub linger: Duration,
+    /// How batches are compressed.
+    pub compression: Compression,
+}
+
+impl Default for ProducerTuning {
+    /// 1 ms and LZ4: what `qim-bench writer` measured best on one broker (see the README's
+    /// benchmarks).
+    fn default() -> Self {
+        Self { linger: Duration::from_millis(1), compression: Compression::Lz4 }
+    }
+}
+
 /// The writer's producer settings: every qim producer's
-/// ([`qim_runtime::kafka::producer_config`]) with a 1 ms linger. (The benchmark's raw loop
-/// produces with exactly these.)
-pub fn producer_config(brokers: &str) -> ClientConfig {
-    qim_runtime::kafka::producer_config(brokers, Duration::from_millis(1))
+/// ([`qim_runtime::kafka::producer_config`]) with `tuning`'s linger and compression. (The
+/// benchmark's raw loop produces with exactly these.)
+pub fn producer_config(brokers: &str, tuning: ProducerTuning) -> ClientConfig {
+    let mut config = qim_runtime::kafka::producer_config(brokers, tuning.linger);
+    config.set("compression.type", tuning.compression.as_str());
+    config
 }
 
 /// The Kafka producer of the writer.
@@ -56,8 +103,8 @@ pub struct KafkaPublisher {
 
 impl KafkaPublisher {
     /// Creates the idempotent producer (no network round trip yet).
-    pub fn new(brokers: &str, topic: &str) -> Result<Self, PublishError> {
-        let producer = producer_config(brokers).create().map_err(|e| PublishError::Config(e.to_string()))?;
+    pub fn new(brokers: &str, topic: &str, tuning: ProducerTuning) -> Result<Self, PublishError> {
+        let producer = producer_config(brokers, tuning).create().map_err(|e| PublishError::Config(e.to_string()))?;
         Ok(Self { producer, topic: topic.to_owned() })
     }
 

@@ -52,7 +52,8 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
     let startup = Startup::new(config.startup_timeout);
     let stores = backend::open(&config, &startup).await?;
     let publisher = Arc::new(
-        KafkaPublisher::new(&config.kafka_brokers, &config.messages_topic).context("creating the kafka producer")?,
+        KafkaPublisher::new(&config.kafka_brokers, &config.messages_topic, config.producer)
+            .context("creating the kafka producer")?,
     );
     let partitions = startup
         .step("checking the messages topic", || async {

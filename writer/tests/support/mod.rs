@@ -67,6 +67,7 @@ pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
     WriterConfig {
         backend,
         kafka_brokers: brokers(),
+        producer: qim_writer::publisher::ProducerTuning::default(),
         messages_topic: topic.to_owned(),
         archiver_group: format!("{}.archiver", topic),
         seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,

@@ -100,6 +100,14 @@ pub struct Args {
     /// Records the archiver's group is behind in the restart benchmark.
     #[arg(long, default_value_t = 10_000)]
     pub tail: u64,
+    /// The writer's `QIM_WRITER_KAFKA_LINGER_MS` in the writer and restart benchmarks (the writer
+    /// and the raw loop's producer alike; `pipeline` runs the writer's defaults); default: the
+    /// writer's default.
+    #[arg(long)]
+    pub linger_ms: Option<u64>,
+    /// The writer's `QIM_WRITER_KAFKA_COMPRESSION`, likewise.
+    #[arg(long, value_enum)]
+    pub compression: Option<qim_writer::publisher::Compression>,
 }
 
 impl Args {
@@ -110,6 +118,15 @@ impl Args {
             Some(url) => url.clone(),
             None if self.cluster => qim_testkit::stack::redis_cluster_url(),
             None => qim_testkit::stack::redis_url(),
+        }
+    }
+
+    /// The writer's producer tuning: the defaults, with `--linger-ms` and `--compression`.
+    pub fn producer(&self) -> qim_writer::publisher::ProducerTuning {
+        let default = qim_writer::publisher::ProducerTuning::default();
+        qim_writer::publisher::ProducerTuning {
+            linger: self.linger_ms.map_or(default.linger, Duration::from_millis),
+            compression: self.compression.unwrap_or(default.compression),
         }
     }
 

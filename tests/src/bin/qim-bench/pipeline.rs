@@ -47,7 +47,7 @@ struct Raw {
 }
 
 async fn raw_produce(args: &Args, brokers: &str, topic: &str) -> anyhow::Result<Measurement> {
-    let producer = super::writer::producer(brokers, topic).await?;
+    let producer = super::writer::producer(brokers, topic, Default::default()).await?;
     let payload = Arc::new(vec![b'x'; args.payload]);
     let (topic, conversations) = (Arc::new(topic.to_owned()), args.conversations as u64);
     drive(args.count, args.concurrency, move |n| {
@@ -78,7 +78,7 @@ async fn raw_primitives(args: &Args, env: &PipelineEnv) -> anyhow::Result<Raw> {
     let warm = Args { count: args.concurrency as u64 * 10, ..args.clone() };
     super::redis::raw_path(conn.clone(), &warm, &ns).await?;
     raw_produce(&warm, &env.kafka_brokers, &topic).await?;
-    let producer = super::writer::producer(&env.kafka_brokers, &topic).await?;
+    let producer = super::writer::producer(&env.kafka_brokers, &topic, Default::default()).await?;
     super::archiver::raw_loop(session.clone(), inserts.clone(), records(warm.count), args.concurrency).await?;
     let raw = Raw {
         evalsha: super::redis::raw_path(conn.clone(), args, &ns).await?,

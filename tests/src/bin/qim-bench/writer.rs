@@ -30,6 +30,7 @@ use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::{migrate, open_session, ScyllaConfig};
 use qim_writer::config::{Backend, WriterConfig};
+use qim_writer::publisher::ProducerTuning;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -71,10 +72,11 @@ pub async fn delete_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A producer with the writer's own settings ([`qim_writer::publisher::producer_config`]),
-/// warmed up (metadata and producer id fetched) so no measured send waits for its start.
-pub async fn producer(brokers: &str, topic: &str) -> anyhow::Result<FutureProducer> {
-    let producer: FutureProducer = qim_writer::publisher::producer_config(brokers).create()?;
+/// A producer with the writer's own settings ([`qim_writer::publisher::producer_config`], tuned
+/// as `tuning`), warmed up (metadata and producer id fetched) so no measured send waits for its
+/// start.
+pub async fn producer(brokers: &str, topic: &str, tuning: ProducerTuning) -> anyhow::Result<FutureProducer> {
+    let producer: FutureProducer = qim_writer::publisher::producer_config(brokers, tuning).create()?;
     producer
         .send(FutureRecord::to(topic).key("warm-up").payload("warm-up"), Timeout::Never)
         .await
@@ -251,10 +253,12 @@ pub fn writer_config(
     brokers: &str,
     topic: &str,
     archiver_group: &str,
+    producer: ProducerTuning,
 ) -> anyhow::Result<WriterConfig> {
     Ok(WriterConfig {
         backend: Backend::Redis { redis, archive },
         kafka_brokers: brokers.to_owned(),
+        producer,
         messages_topic: topic.to_owned(),
         archiver_group: archiver_group.to_owned(),
         seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
@@ -288,7 +292,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let session = open_session(&archive).await.context("connecting to cassandra (is the stack up?)")?;
     migrate(&session, &archive).await?;
     let redis = RedisConfig { url: args.redis_url(), namespace: namespace.clone() };
-    let config = writer_config(redis, archive.clone(), &brokers, &topic, &format!("{topic}.archiver"))?;
+    let config =
+        writer_config(redis, archive.clone(), &brokers, &topic, &format!("{topic}.archiver"), args.producer())?;
     let shutdown = CancellationToken::new();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;
     let url = format!("http://{}/v1/messages", writer.addr);
@@ -296,7 +301,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let metrics_url = format!("http://{}/metrics", writer.addr);
     let raw_ns = format!("{namespace}raw");
     let raw_conn = qim_store::redis::connect(&RedisConfig { url: args.redis_url(), namespace: raw_ns.clone() }).await?;
-    let raw_producer = producer(&brokers, &topic).await?;
+    let raw_producer = producer(&brokers, &topic, args.producer()).await?;
     let warm = Args { count: args.concurrency as u64 * 10, ..args.clone() };
     let hop = super::http_hop::HttpHop::start(shutdown.clone()).await?;
     let hop_url = format!("http://{}/v1/messages", hop.addr);
