@@ -8,9 +8,11 @@
 //! and OUTBOXED; a crash after the broker acknowledged but before OUTBOXED was stored publishes
 //! again (a physical duplicate with the same seq, which consumers absorb).
 //!
-//! Two drivers of one commit (a retry racing the first attempt, or the recovery loop racing
-//! either) are harmless: a transition from the wrong state is a `Conflict`, after which the
-//! loser re-reads the commit and continues from its current state.
+//! A retry of a send still in flight in this writer waits for it to land (see
+//! [`crate::flights`]) and is then answered as a replay. Two drivers of one commit (a retry on
+//! another writer, or the recovery loop racing either) are harmless: a transition from the
+//! wrong state is a `Conflict`, after which the loser re-reads the commit and continues from its
+//! current state.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +24,8 @@ use qim_store::retention::RetentionPolicy;
 use qim_store::{ErrorKind, HistoryAuthorizer, MessageStore, StoreError};
 use tokio::sync::Semaphore;
 
-use crate::events::{DeliveryFailed, InFlightChanged, SendAnswered, StageDone};
+use crate::events::{DeliveryFailed, InFlightChanged, SendAnswered, SendJoined, StageDone};
+use crate::flights::Flights;
 use crate::publisher::{Publish, PublishError};
 
 /// How often one commit re-reads a state another driver holds before giving up.
@@ -94,6 +97,7 @@ pub struct DurableMessageCommitter {
     publisher: Arc<dyn Publish>,
     policy: RetentionPolicy,
     permits: Semaphore,
+    flights: Flights,
 }
 
 impl DurableMessageCommitter {
@@ -105,7 +109,7 @@ impl DurableMessageCommitter {
         policy: RetentionPolicy,
         max_in_flight: usize,
     ) -> Self {
-        Self { store, publisher, policy, permits: Semaphore::new(max_in_flight.max(1)) }
+        Self { store, publisher, policy, permits: Semaphore::new(max_in_flight.max(1)), flights: Flights::default() }
     }
 
     /// Commits `request` from a member of its conversation, as `members` decides (refused with
@@ -133,6 +137,11 @@ impl DurableMessageCommitter {
         request: &CommitRequest,
         members: &dyn HistoryAuthorizer,
     ) -> Result<(Commit, bool), CommitError> {
+        // A send of this key in flight here lands first (before this one takes a permit).
+        let boarded = self.flights.board(&request.key).await;
+        if boarded.waited {
+            emit(SendJoined);
+        }
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         emit(InFlightChanged(true));
         let _in_flight = InFlight;

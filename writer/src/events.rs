@@ -9,7 +9,7 @@ use qim_store::ids::MessageId;
 
 use crate::metrics::{
     AUX_COLLECTED, COMMITS, COMMIT_STAGE_SECONDS, EXPIRY_DRAINED, IN_FLIGHT, KAFKA_DELIVERY_ERRORS, RECOVERY_ACTIONS,
-    RECOVERY_BACKLOG,
+    RECOVERY_BACKLOG, SENDS_JOINED,
 };
 
 /// A send was answered.
@@ -53,6 +53,15 @@ impl InternalEvent for InFlightChanged {
         } else {
             gauge!(IN_FLIGHT).decrement(1.0);
         }
+    }
+}
+
+/// A send waited for another send of its request key to land (see [`crate::flights`]).
+pub struct SendJoined;
+
+impl InternalEvent for SendJoined {
+    fn emit(self) {
+        counter!(SENDS_JOINED).increment(1);
     }
 }
 

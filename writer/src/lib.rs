@@ -16,6 +16,7 @@ pub mod committer;
 pub mod config;
 pub mod events;
 pub mod expiry;
+pub mod flights;
 pub mod metrics;
 pub mod publisher;
 pub mod recent;

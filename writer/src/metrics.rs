@@ -20,6 +20,9 @@ pub const EXPIRY_DRAINED: &str = "qim_writer_expiry_drained_total";
 pub const AUX_COLLECTED: &str = "qim_writer_commit_aux_collected_total";
 /// Counter: Kafka deliveries that failed or timed out.
 pub const KAFKA_DELIVERY_ERRORS: &str = "qim_writer_kafka_delivery_errors_total";
+/// Counter: sends that arrived while another send of their request key was in flight in this
+/// writer, and waited for it to land instead of racing it.
+pub const SENDS_JOINED: &str = "qim_writer_sends_joined_total";
 /// Counter, labels `route` and `status`: HTTP requests answered.
 pub const HTTP_REQUESTS: &str = "qim_writer_http_requests_total";
 
@@ -37,6 +40,7 @@ pub fn describe() {
     describe_counter!(AUX_COLLECTED, "Auxiliary facts of committed commits collected.");
     describe_counter!(KAFKA_DELIVERY_ERRORS, "Kafka deliveries that failed or timed out.");
     describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status.");
+    describe_counter!(SENDS_JOINED, "Sends that waited for a send of the same key in flight here.");
     // Series the alert rules (deploy/observability/alerts.yml) read, present from the start so
     // that their first increase is seen as one.
     metrics::gauge!(RECOVERY_BACKLOG).set(0.0);
