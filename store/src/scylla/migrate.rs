@@ -14,7 +14,9 @@
 //!   racing with different RFs can not both succeed.
 //! - **Server flavour is detected, not assumed**: `TABLETS = {'enabled': false}` (LWT needs
 //!   vnodes on Scylla) is added only when [`detect_flavour`] says Scylla, and on Scylla an
-//!   existing or new keyspace must read back as vnodes-based ([`check_vnodes`]).
+//!   existing or new keyspace must read back as vnodes-based ([`check_vnodes`]: no
+//!   `system_schema.scylla_keyspaces` row, or one with an explicit `storage_type = 'vnodes'`;
+//!   a null or any other storage type, or `initial_tablets`, is refused).
 //! - **The local DC is real**: requests are pinned to `config.local_dc` without failover, so a
 //!   DC no node reports is refused up front, by name.
 //! - **Idempotent**: keyspace and tables use `IF NOT EXISTS`; a second run verifies and changes
@@ -35,7 +37,7 @@ use super::cql::{corrupt, unavailable};
 use super::mailbox::mailbox_table_ddl;
 use super::schema::{
     check_dc, check_replication, check_vnodes, create_keyspace, create_tables, detect_flavour, table_shape, Flavour,
-    TableShape,
+    ScyllaKeyspaceRow, TableShape,
 };
 use crate::error::{StoreError, StoreResult};
 
@@ -100,14 +102,19 @@ async fn read_replication(session: &Session, keyspace: &str) -> StoreResult<Opti
     Ok(row.map(|(m,)| m))
 }
 
-/// On Scylla, whether `keyspace` is vnodes-based (see [`check_vnodes`]); always fine on
-/// Cassandra, which has no tablets.
+/// On Scylla, whether `keyspace` is vnodes-based: reads its `system_schema.scylla_keyspaces`
+/// row and lets [`check_vnodes`] decide (no row, or an explicit `storage_type = 'vnodes'`, and
+/// nothing else). Always fine on Cassandra, which has no tablets and no such table; so against
+/// our local Cassandra this never reads the table, and the decision is covered by
+/// [`check_vnodes`]'s unit tests only.
 async fn vnodes_problem(session: &Session, flavour: Flavour, keyspace: &str) -> StoreResult<Option<String>> {
     if flavour == Flavour::Cassandra {
         return Ok(None);
     }
     const WHAT: &str = "reading system_schema.scylla_keyspaces";
-    let mut stmt = Statement::new("SELECT initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?");
+    let mut stmt = Statement::new(
+        "SELECT storage_type, initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?",
+    );
     stmt.set_consistency(Consistency::LocalOne);
     let rows = session
         .query_unpaged(stmt, (keyspace,))
@@ -115,8 +122,9 @@ async fn vnodes_problem(session: &Session, flavour: Flavour, keyspace: &str) -> 
         .map_err(|e| unavailable(WHAT, e))?
         .into_rows_result()
         .map_err(|e| corrupt(WHAT, e))?;
-    let row = rows.maybe_first_row::<(Option<i32>,)>().map_err(|e| corrupt(WHAT, e))?;
-    Ok(check_vnodes(keyspace, row.map(|(t,)| t)).err())
+    let row = rows.maybe_first_row::<(Option<String>, Option<i32>)>().map_err(|e| corrupt(WHAT, e))?;
+    let row = row.map(|(storage_type, initial_tablets)| ScyllaKeyspaceRow { storage_type, initial_tablets });
+    Ok(check_vnodes(keyspace, row.as_ref()).err())
 }
 
 /// Whether the configured local DC is one the driver sees (see [`check_dc`]).

@@ -231,16 +231,48 @@ pub fn check_dc(dcs: &[String], dc: &str) -> Result<(), String> {
     Err(format!("data centre {dc:?} is not in the cluster (its nodes are in {known:?})"))
 }
 
-/// Checks, on Scylla, that a keyspace uses vnodes (LWT does not work on tablets): `row` is what
-/// `SELECT initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?` returned
-/// (`None`: no row). A keyspace is tablet-based exactly when `initial_tablets` is not null (the
-/// rule the scylla driver itself applies); no row, or a null, is vnodes.
-pub fn check_vnodes(keyspace: &str, row: Option<Option<i32>>) -> Result<(), String> {
-    match row {
-        None | Some(None) => Ok(()),
-        Some(Some(tablets)) => Err(format!(
-            "keyspace {keyspace} uses tablets (initial_tablets = {tablets}); lightweight transactions need vnodes"
-        )),
+/// A keyspace's row of `system_schema.scylla_keyspaces` (ScyllaDB only), as read by
+/// `SELECT storage_type, initial_tablets FROM system_schema.scylla_keyspaces WHERE keyspace_name = ?`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ScyllaKeyspaceRow {
+    /// `storage_type`; `None` when the cell is null.
+    pub storage_type: Option<String>,
+    /// `initial_tablets`; not null exactly when the keyspace is tablet-based (the rule the scylla
+    /// driver applies).
+    pub initial_tablets: Option<i32>,
+}
+
+/// The only `storage_type` an existing `scylla_keyspaces` row may carry (seed 000).
+pub const VNODES_STORAGE_TYPE: &str = "vnodes";
+
+/// Decides, on ScyllaDB, whether a keyspace is vnodes-based (LWT does not work on tablets) from
+/// its `system_schema.scylla_keyspaces` row (`None`: no row). Seed 000's rule, which fails closed:
+///
+/// - no row: vnodes (ScyllaDB 6.2 writes no row for a vnodes keyspace, and this backend creates
+///   its keyspace with `TABLETS = {'enabled': false}`);
+/// - a row: only an explicit `storage_type` of exactly [`VNODES_STORAGE_TYPE`], with no
+///   `initial_tablets`, passes. A null `storage_type`, `tablets`, any other value (including
+///   another spelling) or an `initial_tablets` (tablets, whatever the storage type says) is
+///   refused: an existing keyspace is never guessed to be usable, and never altered.
+///
+/// Pure, so that its Scylla-only branches are unit-tested: the local stack runs Apache
+/// Cassandra 5, which has no `scylla_keyspaces` table (`migrate` and `readiness` never call this
+/// there), so no test against a server reaches them.
+pub fn check_vnodes(keyspace: &str, row: Option<&ScyllaKeyspaceRow>) -> Result<(), String> {
+    let Some(row) = row else {
+        return Ok(());
+    };
+    let refuse = |what: String| {
+        Err(format!(
+            "keyspace {keyspace} has a system_schema.scylla_keyspaces row with {what}; only storage_type = \
+             '{VNODES_STORAGE_TYPE}' (or no row) is accepted: lightweight transactions need vnodes"
+        ))
+    };
+    match (row.storage_type.as_deref(), row.initial_tablets) {
+        (_, Some(tablets)) => refuse(format!("initial_tablets = {tablets} (tablets)")),
+        (Some(VNODES_STORAGE_TYPE), None) => Ok(()),
+        (None, None) => refuse("a null storage_type".to_owned()),
+        (Some(other), None) => refuse(format!("storage_type = {other:?}")),
     }
 }
 
@@ -306,12 +338,36 @@ mod tests {
         assert!(check_dc(&[], "dc1").is_err());
     }
 
+    fn row(storage_type: Option<&str>, initial_tablets: Option<i32>) -> ScyllaKeyspaceRow {
+        ScyllaKeyspaceRow { storage_type: storage_type.map(str::to_owned), initial_tablets }
+    }
+
+    /// Scylla-only (Cassandra 5, our local server, has no `scylla_keyspaces`): tested here only.
     #[test]
-    fn only_vnodes_keyspaces_pass_on_scylla() {
-        assert_eq!(check_vnodes("qim", None), Ok(()));
-        assert_eq!(check_vnodes("qim", Some(None)), Ok(()));
-        let err = check_vnodes("qim", Some(Some(0))).unwrap_err();
-        assert!(err.contains("tablets"), "{err}");
+    fn no_row_or_an_explicit_vnodes_row_passes_on_scylla() {
+        assert_eq!(check_vnodes("qim", None), Ok(()), "ScyllaDB 6.2 writes no row for a vnodes keyspace");
+        assert_eq!(check_vnodes("qim", Some(&row(Some("vnodes"), None))), Ok(()));
+    }
+
+    /// Scylla-only, as above: every other row fails closed, naming the keyspace and what it holds.
+    #[test]
+    fn any_other_scylla_keyspaces_row_is_refused() {
+        let refused = [
+            (row(None, None), "a null storage_type"),
+            (row(Some("tablets"), None), "storage_type = \"tablets\""),
+            (row(Some("LOCAL"), None), "storage_type = \"LOCAL\""),
+            (row(Some("VNODES"), None), "storage_type = \"VNODES\""),
+            (row(Some(" vnodes"), None), "storage_type = \" vnodes\""),
+            (row(Some(""), None), "storage_type = \"\""),
+            (row(None, Some(0)), "initial_tablets = 0"),
+            (row(Some("vnodes"), Some(8)), "initial_tablets = 8"),
+        ];
+        for (r, what) in refused {
+            let err = check_vnodes("qim", Some(&r)).unwrap_err();
+            assert!(err.starts_with("keyspace qim has a system_schema.scylla_keyspaces row with "), "{err}");
+            assert!(err.contains(what), "{r:?}: {err}");
+            assert!(err.contains("lightweight transactions need vnodes"), "{err}");
+        }
     }
 
     #[test]
