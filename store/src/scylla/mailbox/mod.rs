@@ -30,8 +30,9 @@
 //!   [`highest_wins_timestamp`]`(seq)`, so the highest seq written into the day wins without a
 //!   read or a condition; `TTL` = time left until the
 //!   day's expiry plus [`PROOF_TTL_SLACK_SECS`], so it outlives its entries and its ledger item
-//!   can be inspected after the expiry. A ledger item whose expiry passed needs its proof (a
-//!   missing one is `CorruptEntry`) until the proof's own TTL has run out; then the ledger item,
+//!   can be inspected after the expiry. A day the ledger lists needs its proof, at least as high
+//!   as the ledger item (seed 000): a proof below it is `CorruptEntry`, and so is a missing one,
+//!   until the proof's own TTL could have run out; then (DESIGN.md's departure) the ledger item,
 //!   into which each registration LWT folds the live days' proofs, stands in for it.
 //! - `mailbox_floor → (trim, gap)`: two independent cells, each written with the seq's
 //!   [`highest_wins_timestamp`]:
@@ -110,11 +111,17 @@
 //!   wins; the loser's later chunks fail (`Conflict`, the receipt seq is re-read per chunk) but chunks it
 //!   already wrote stay at its seq. Closing that window needs an LWT per dispatch, which DESIGN.md
 //!   rules out on the hot path.
-//! - A bucket proof lives [`PROOF_TTL_SLACK_SECS`] past its day's expiry. Every registration LWT
-//!   folds the live days' proofs into their ledger items, and once a proof is gone by TTL the
-//!   ledger item stands in for it; so a day written again *after* the user's last registration
-//!   (a late replay into an old day) and then left alone past the slack yields a boundary below
-//!   that late seq. Within the slack a missing proof is `CorruptEntry` (fail closed).
+//! - A bucket proof lives [`PROOF_TTL_SLACK_SECS`] past its day's expiry, and only a
+//!   registration LWT drops expired days from the ledger, so the ledger of a user idle that long
+//!   still lists days whose proofs are gone by TTL. Seed 000 makes such a day `CorruptEntry`;
+//!   that would fail every later read of, and delivery to, the user for good, so (DESIGN.md's
+//!   departure) the ledger item, into which every registration LWT folds the live days' proofs,
+//!   stands in once the slack (less a day) passed. Its seq is exact as of the user's last
+//!   registration: a day written again after it (any later entry of an already listed day, such
+//!   as the rest of a user's last busy day before the silence) and left alone past the slack
+//!   yields a boundary below those later seqs, so a cursor between the two is answered with an
+//!   empty page instead of `CursorExpired`. Within the slack a missing proof is `CorruptEntry`,
+//!   and a proof below its ledger item always is (fail closed).
 //! - `gc_completed_dispatches` reads the shard log from its cursor up to the lowest watermark (at
 //!   most 100 000 sources per call), and again from the first dispatch it could not collect yet:
 //!   a dispatch observed again and again keeps the sources after it in every call's reading.

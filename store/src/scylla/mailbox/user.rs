@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use super::{db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, PROOF_TTL_SLACK_SECS};
-use crate::codec::{encode_event_group, i64_to_u64, u64_to_i64, RetentionLedger};
+use crate::codec::{encode_event_group, i64_to_u64, u64_to_i64, LedgerItem, RetentionLedger};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UnixMillis, UserId};
 use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
@@ -17,7 +17,9 @@ const MAX_ATTEMPTS: usize = 32;
 /// Rows fetched per `range_scan` query.
 const SCAN_BATCH: usize = 256;
 /// After this long past its day's expiry (on the injected clock) a missing bucket proof is taken
-/// as expired by its TTL rather than lost: the proof slack less a day for clock skew.
+/// as expired by its TTL rather than lost: the proof slack less a day for clock skew. This is
+/// the one departure from seed 000's "a listed day without its proof is `CorruptEntry`"; see
+/// [`proven_max`] and DESIGN.md's departures.
 const PROOF_GONE_AFTER_MILLIS: i64 = (PROOF_TTL_SLACK_SECS - 86_400) * 1000;
 /// Most per-user reads or commits of one batch in flight.
 const MAX_IN_FLIGHT: usize = 32;
@@ -42,6 +44,37 @@ fn seq_i(what: &str, seq: MailboxSeq) -> StoreResult<i64> {
 fn seq_from(what: &str, raw: i64) -> StoreResult<MailboxSeq> {
     MailboxSeq::from_u64(i64_to_u64(what, raw)?)
         .ok_or_else(|| StoreError::CorruptEntry(format!("{what}={raw} is not a mailbox seq")))
+}
+
+/// The highest seq of the ledger day `item` of `user`, checked against its bucket proof
+/// (`proof`: the highest seq of the day's proof rows, `None` when there is none) at `now`.
+/// Seed 000: a day the ledger lists needs its proof, at least as high as the ledger's
+/// `max_seq`:
+///
+/// - a proof at least as high as the ledger: the proof's seq (the ledger's is a lower bound,
+///   folded at the user's last registration);
+/// - a proof below the ledger (regressed): `CorruptEntry`, never hidden by taking the higher;
+/// - no proof: `CorruptEntry` (a live day's proof always exists: it is written before its
+///   registration, with a TTL past the day's expiry); except, the departure DESIGN.md records,
+///   once [`PROOF_GONE_AFTER_MILLIS`] passed since the day's expiry: its proof is then gone by
+///   TTL, not lost, and the ledger's `max_seq` stands in for it, so a user idle for longer than
+///   the proofs' slack (whose ledger still lists the day, as only a registration drops expired
+///   days) stays readable and writable instead of failing for good.
+fn proven_max(user: &UserId, item: &LedgerItem, proof: Option<MailboxSeq>, now: UnixMillis) -> StoreResult<MailboxSeq> {
+    let listed = MailboxSeq::from_u64(item.max_seq)
+        .ok_or_else(|| StoreError::CorruptEntry(format!("ledger of {user} day {}: max_seq has bit 63 set", item.day)))?;
+    match proof {
+        Some(proof) if proof >= listed => Ok(proof),
+        Some(proof) => Err(StoreError::CorruptEntry(format!(
+            "ledger of {user} lists expiry day {} up to seq {listed} but its bucket proof regressed to {proof}",
+            item.day
+        ))),
+        None if item.expiry.0.saturating_add(PROOF_GONE_AFTER_MILLIS) <= now.0 => Ok(listed),
+        None => Err(StoreError::CorruptEntry(format!(
+            "ledger of {user} lists expiry day {} but its bucket proof is missing",
+            item.day
+        ))),
+    }
 }
 
 /// Most users [`ListedDays`] remembers (it forgets everything when full).
@@ -197,8 +230,9 @@ impl ScyllaMailboxStore {
         Ok(best)
     }
 
-    /// The highest seq of every ledger day expired at `now` (ledger item and proof merged);
-    /// `None` when no day expired. A missing proof is `CorruptEntry`.
+    /// The highest seq of every ledger day expired at `now`, each checked against its bucket
+    /// proof ([`proven_max`]: a missing or regressed proof is `CorruptEntry`); `None` when no
+    /// day expired.
     async fn expired_boundary(
         &self,
         tenant: &TenantId,
@@ -208,21 +242,8 @@ impl ScyllaMailboxStore {
     ) -> StoreResult<Option<MailboxSeq>> {
         let mut boundary = None;
         for item in ledger.items().iter().filter(|i| i.expiry <= now) {
-            let listed = MailboxSeq::from_u64(item.max_seq)
-                .ok_or_else(|| StoreError::CorruptEntry("ledger max_seq has bit 63 set".into()))?;
-            let proof = match self.proof_max(tenant, user, item.day).await? {
-                Some(proof) => proof,
-                // The proof outlived the day by its slack and is gone by TTL: the ledger item,
-                // folded from the proof at the user's last registration, is what remains.
-                None if item.expiry.0.saturating_add(PROOF_GONE_AFTER_MILLIS) <= now.0 => listed,
-                None => {
-                    return Err(StoreError::CorruptEntry(format!(
-                        "ledger of {user} lists expiry day {} but its bucket proof is missing",
-                        item.day
-                    )))
-                }
-            };
-            boundary = boundary.max(Some(proof.max(listed)));
+            let proof = self.proof_max(tenant, user, item.day).await?;
+            boundary = boundary.max(Some(proven_max(user, item, proof, now)?));
         }
         Ok(boundary)
     }
@@ -385,12 +406,12 @@ impl ScyllaMailboxStore {
                 ledger.take_expired(now);
             }
             // Fold the live days' proofs into their ledger items, so the ledger itself knows each
-            // day's highest seq (up to writes after this LWT) once the proof's TTL has run out.
+            // day's highest seq (up to writes after this LWT) once the proof's TTL has run out. A
+            // live day's proof must exist and not be below the ledger ([`proven_max`]).
             let live: Vec<_> = ledger.items().to_vec();
             for item in live {
-                if let Some(proof) = self.proof_max(tenant, user, item.day).await? {
-                    ledger.register(proof.as_u64(), item.expiry).map_err(StoreError::InvariantViolation)?;
-                }
+                let proof = proven_max(user, &item, self.proof_max(tenant, user, item.day).await?, now)?;
+                ledger.register(proof.as_u64(), item.expiry).map_err(StoreError::InvariantViolation)?;
             }
             for (_, (seq, expiry)) in missing {
                 ledger.register(seq.as_u64(), *expiry).map_err(StoreError::InvariantViolation)?;
@@ -428,6 +449,7 @@ impl ScyllaMailboxStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::MILLIS_PER_DAY;
 
     #[test]
     fn ttls_round_up_and_stay_in_range() {
@@ -437,6 +459,36 @@ mod tests {
         assert_eq!(ttl_secs(UnixMillis(3_001), now, 10), 13);
         assert_eq!(ttl_secs(UnixMillis(0), now, 0), 1, "never zero (zero means no TTL)");
         assert_eq!(ttl_secs(UnixMillis(i64::MAX), now, 0), MAX_TTL_SECS as i32);
+    }
+
+    /// Seed 000's proof rule, decided without a server: a missing or regressed proof of a listed
+    /// day is `CorruptEntry`; only a proof gone by TTL after its slack is replaced by the ledger.
+    #[test]
+    fn a_listed_day_needs_its_proof_at_least_as_high_as_the_ledger() {
+        let user = UserId([2; 16]);
+        let expiry = UnixMillis(100 * crate::ids::MILLIS_PER_DAY);
+        let item = LedgerItem { day: 100, max_seq: 40, expiry };
+        let seq = |n: u64| MailboxSeq::from_u64(n).unwrap();
+        let after = |millis: i64| UnixMillis(expiry.0 + millis);
+        let kind = |r: StoreResult<MailboxSeq>| r.map_err(|e| e.kind());
+        for now in [UnixMillis(expiry.0 - 1), expiry, after(PROOF_GONE_AFTER_MILLIS + 1)] {
+            assert_eq!(proven_max(&user, &item, Some(seq(40)), now).unwrap(), seq(40), "equal to the ledger");
+            assert_eq!(proven_max(&user, &item, Some(seq(55)), now).unwrap(), seq(55), "above it: the proof's");
+            let regressed = proven_max(&user, &item, Some(seq(39)), now).unwrap_err();
+            assert_eq!(regressed.kind(), crate::ErrorKind::CorruptEntry, "at {now:?}");
+            assert!(regressed.to_string().contains("regressed"), "{regressed}");
+        }
+        // Missing: a live day's, and an expired day's within the proofs' slack.
+        for now in [UnixMillis(expiry.0 - 1), expiry, after(MILLIS_PER_DAY), after(PROOF_GONE_AFTER_MILLIS - 1)] {
+            let missing = proven_max(&user, &item, None, now).unwrap_err();
+            assert_eq!(missing.kind(), crate::ErrorKind::CorruptEntry, "at {now:?}");
+            assert!(missing.to_string().contains("missing"), "{missing}");
+        }
+        // The departure: past the slack the proof is gone by TTL and the ledger stands in.
+        assert_eq!(kind(proven_max(&user, &item, None, after(PROOF_GONE_AFTER_MILLIS))), Ok(seq(40)));
+        assert_eq!(kind(proven_max(&user, &item, None, after(400 * MILLIS_PER_DAY))), Ok(seq(40)));
+        let bad = LedgerItem { max_seq: 1 << 63, ..item };
+        assert_eq!(kind(proven_max(&user, &bad, Some(seq(40)), expiry)), Err(crate::ErrorKind::CorruptEntry));
     }
 
     #[test]
