@@ -49,9 +49,14 @@ impl Cpu {
     }
 }
 
-/// The Kafka broker's pid, when it runs on this machine (the local stack's `kafka.Kafka`).
+/// The Kafka broker's pid, when it runs on this machine: the local stack's (its pid file), else
+/// the first `kafka.Kafka` process (another stack's broker, a fault stack's, may run beside it).
 pub fn kafka_pid() -> Option<u32> {
-    cpu::pid_with_argument("kafka.Kafka")
+    cpu::stack_pids()
+        .into_iter()
+        .find(|(name, _)| name == "kafka")
+        .map(|(_, pid)| pid)
+        .or_else(|| cpu::pid_with_argument("kafka.Kafka"))
 }
 
 /// What one path did over its rounds.

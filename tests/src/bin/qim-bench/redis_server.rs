@@ -33,8 +33,9 @@ pub struct ServerStats {
     /// Bytes in the AOF (`aof_current_size`; 0 with the AOF off). Over a stretch, what was
     /// appended, or `None` when a rewrite started over meanwhile (the size then says nothing).
     pub aof_bytes: Option<i64>,
-    /// AOF rewrites so far (`aof_rewrites`).
-    aof_rewrites: u64,
+    /// AOF rewrites begun so far (`aof_rewrites`) and the size the last one left
+    /// (`aof_base_size`): while both stay, the AOF only grew.
+    aof_rewrites: (u64, i64),
     /// Per command (`evalsha`, `hset`, `config|get`, ...).
     pub commands: BTreeMap<String, CommandTime>,
 }
@@ -56,10 +57,10 @@ impl ServerStats {
             .filter(|(_, d)| d.calls > 0)
             .collect();
         let aof_bytes = match (self.aof_bytes, before.aof_bytes) {
-            (Some(now), Some(then)) if self.aof_rewrites == before.aof_rewrites => Some(now - then),
+            (Some(now), Some(then)) if self.aof_rewrites == before.aof_rewrites && now >= then => Some(now - then),
             _ => None,
         };
-        Self { cpu: self.cpu - before.cpu, aof_bytes, aof_rewrites: 0, commands }
+        Self { cpu: self.cpu - before.cpu, aof_bytes, aof_rewrites: (0, 0), commands }
     }
 
     /// Adds the counters of `other`, another stretch, to these (the AOF bytes are known only
@@ -87,7 +88,8 @@ impl ServerStats {
         let number = |key: &str| info.get::<String>(key).and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0);
         self.cpu += number("used_cpu_user") + number("used_cpu_sys");
         self.aof_bytes = Some(self.aof_bytes.unwrap_or(0) + number("aof_current_size") as i64);
-        self.aof_rewrites += number("aof_rewrites") as u64;
+        self.aof_rewrites.0 += number("aof_rewrites") as u64;
+        self.aof_rewrites.1 += number("aof_base_size") as i64;
         for (key, value) in info.iter() {
             let Some(name) = key.strip_prefix("cmdstat_") else { continue };
             let Ok(text) = redis::from_redis_value_ref::<String>(value) else { continue };
@@ -172,6 +174,8 @@ mod tests {
         assert_eq!(delta.aof_bytes, Some(3000));
         let rewritten = read(&format!("{after}aof_rewrites:1\r\n")).since(&read(before));
         assert_eq!(rewritten.aof_bytes, None, "a rewrite between the two says nothing of what was appended");
+        let finished = read(&format!("{after}aof_base_size:900\r\n")).since(&read(before));
+        assert_eq!(finished.aof_bytes, None, "nor does one that began before and ended between them");
         assert_eq!(delta.commands["evalsha"], CommandTime { calls: 20, usec: 300 });
         assert_eq!(delta.top_commands(1), vec![("evalsha", CommandTime { calls: 20, usec: 300 })]);
         assert_eq!(delta.commands.len(), 2);
