@@ -57,7 +57,7 @@ pub struct WriterArgs {
     /// Milliseconds a produced record waits for others to share its Kafka batch (`linger.ms`).
     #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_KAFKA_LINGER_MS", default_value = "1", value_parser = whole(0, 1000))]
     writer_kafka_linger_ms: Whole,
-    /// Compression of the writer's Kafka batches (`compression.type`): `none`, `gzip`, `snappy`, `lz4` or `zstd`.
+    /// Compression of the writer's Kafka batches (`compression.type`): `none`, `gzip`, `snappy` or `lz4`.
     #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_KAFKA_COMPRESSION", default_value = "lz4", value_enum)]
     writer_kafka_compression: Compression,
 }
