@@ -328,7 +328,11 @@ mod cql_specific {
             assert!(e.to_string().contains("regressed"), "{what}: {e}");
         };
         let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap());
-        assert_eq!(store.range_scan(t, u, origin, top, 10).await.unwrap().groups.len(), 1, "a live day is not inspected");
+        assert_eq!(
+            store.range_scan(t, u, origin, top, 10).await.unwrap().groups.len(),
+            1,
+            "a live day is not inspected"
+        );
         corrupt("a registration folding the live day", store.append_batch(&[entry(10, day(2))]).await);
         clock.set(day(1));
         corrupt("a read of the expired day", store.range_scan(t, u, origin, top, 10).await.map(drop));

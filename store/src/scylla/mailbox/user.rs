@@ -61,8 +61,9 @@ fn seq_from(what: &str, raw: i64) -> StoreResult<MailboxSeq> {
 ///   the proofs' slack (whose ledger still lists the day, as only a registration drops expired
 ///   days) stays readable and writable instead of failing for good.
 fn proven_max(user: &UserId, item: &LedgerItem, proof: Option<MailboxSeq>, now: UnixMillis) -> StoreResult<MailboxSeq> {
-    let listed = MailboxSeq::from_u64(item.max_seq)
-        .ok_or_else(|| StoreError::CorruptEntry(format!("ledger of {user} day {}: max_seq has bit 63 set", item.day)))?;
+    let listed = MailboxSeq::from_u64(item.max_seq).ok_or_else(|| {
+        StoreError::CorruptEntry(format!("ledger of {user} day {}: max_seq has bit 63 set", item.day))
+    })?;
     match proof {
         Some(proof) if proof >= listed => Ok(proof),
         Some(proof) => Err(StoreError::CorruptEntry(format!(
