@@ -137,8 +137,17 @@ impl Environment for ArchiverEnv {
 mod tests {
     use super::*;
 
+    /// The Scylla variables every service needs (they have no defaults).
+    const SCYLLA: &[(&str, &str)] = &[
+        ("QIM_SCYLLA_HOSTS", "10.0.0.1:9042"),
+        ("QIM_SCYLLA_KEYSPACE", "qim"),
+        ("QIM_SCYLLA_DC", "dc1"),
+        ("QIM_SCYLLA_RF", "3"),
+    ];
+
+    /// The configuration of [`SCYLLA`] and `pairs`.
     fn config(pairs: &[(&str, &str)]) -> Result<ArchiverConfig, String> {
-        qim_runtime::env::resolve_pairs::<ArchiverEnv>(pairs)
+        qim_runtime::env::resolve_pairs::<ArchiverEnv>(&[SCYLLA, pairs].concat())
     }
 
     #[test]
@@ -164,6 +173,16 @@ mod tests {
         ] {
             let err = config(&[(name, value)]).unwrap_err();
             assert!(err.contains(name), "{name}={value}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_archive_cluster_must_be_named_in_both_backends() {
+        for backend in ["redis", "scylla"] {
+            let err = qim_runtime::env::resolve_pairs::<ArchiverEnv>(&[("QIM_STORE_BACKEND", backend)]).unwrap_err();
+            for (name, _) in SCYLLA {
+                assert!(err.contains(name), "{backend}: {name} not named in {err}");
+            }
         }
     }
 }

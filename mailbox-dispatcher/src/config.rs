@@ -183,8 +183,28 @@ impl Environment for DispatcherEnv {
 mod tests {
     use super::*;
 
+    /// The Scylla variables every service needs (they have no defaults).
+    const SCYLLA: &[(&str, &str)] = &[
+        ("QIM_SCYLLA_HOSTS", "10.0.0.1:9042"),
+        ("QIM_SCYLLA_KEYSPACE", "qim"),
+        ("QIM_SCYLLA_DC", "dc1"),
+        ("QIM_SCYLLA_RF", "3"),
+    ];
+
+    /// The configuration of [`SCYLLA`] and `pairs`.
     fn config(pairs: &[(&str, &str)]) -> Result<DispatcherConfig, String> {
-        qim_runtime::env::resolve_pairs::<DispatcherEnv>(pairs)
+        qim_runtime::env::resolve_pairs::<DispatcherEnv>(&[SCYLLA, pairs].concat())
+    }
+
+    #[test]
+    fn the_scylla_cluster_must_be_named_in_both_backends() {
+        for backend in ["redis", "scylla"] {
+            let pairs = [("QIM_STORE_BACKEND", backend), ("QIM_AUTH_DISABLED", "true")];
+            let err = qim_runtime::env::resolve_pairs::<DispatcherEnv>(&pairs).unwrap_err();
+            for (name, _) in SCYLLA {
+                assert!(err.contains(name), "{backend}: {name} not named in {err}");
+            }
+        }
     }
 
     #[test]

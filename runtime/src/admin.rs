@@ -17,8 +17,8 @@ pub async fn migrate(config: &ScyllaConfig) -> Result<String, String> {
     ))
 }
 
-/// Runs `migrate` against the production Scylla settings of `lookup` (unset variables take
-/// their documented defaults).
+/// Runs `migrate` against the production Scylla settings of `lookup`; an unset required
+/// variable (`QIM_SCYLLA_HOSTS`, `_KEYSPACE`, `_DC`, `_RF`) fails before anything connects.
 pub async fn migrate_from(lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     migrate(&ScyllaConfig::production_from(lookup).map_err(|e| e.to_string())?).await
 }

@@ -25,7 +25,17 @@ async fn members_added_and_messages_sent_through_the_writer(kind: Kind) {
     let topic = f.config.kafka.messages_topic.clone();
     let brokers = support::brokers();
     let archiver_group = format!("{topic}.archiver");
+    // The Scylla variables name the keyspace of the backend set below (they have no defaults).
+    let scylla = match &backend {
+        WriterBackend::Redis { archive: s, .. } | WriterBackend::Scylla(s) => s.clone(),
+    };
+    let (hosts, rf) = (scylla.hosts.join(","), scylla.replication_factor.to_string());
     let mut config = qim_runtime::env::resolve_pairs::<WriterEnv>(&[
+        ("QIM_SCYLLA_HOSTS", &hosts),
+        ("QIM_SCYLLA_KEYSPACE", &scylla.keyspace),
+        ("QIM_SCYLLA_DC", &scylla.local_dc),
+        ("QIM_SCYLLA_RF", &rf),
+        ("QIM_SCYLLA_DEV_SINGLE_NODE", "true"),
         ("QIM_KAFKA_BROKERS", &brokers),
         ("QIM_MESSAGES_TOPIC", &topic),
         ("QIM_ARCHIVER_GROUP", &archiver_group),

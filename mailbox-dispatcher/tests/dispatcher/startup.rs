@@ -15,9 +15,18 @@ fn binary() -> Command {
     cmd
 }
 
+/// The Scylla variables the dispatcher needs in either backend (they have no defaults);
+/// `check-config` connects to nothing.
+const SCYLLA: [(&str, &str); 4] = [
+    ("QIM_SCYLLA_HOSTS", "10.0.0.1:9042"),
+    ("QIM_SCYLLA_KEYSPACE", "qim"),
+    ("QIM_SCYLLA_DC", "dc1"),
+    ("QIM_SCYLLA_RF", "3"),
+];
+
 #[test]
 fn check_config_validates_without_connecting() {
-    let ok = binary().arg("check-config").env("QIM_AUTH_DISABLED", "true").output().unwrap();
+    let ok = binary().arg("check-config").envs(SCYLLA).env("QIM_AUTH_DISABLED", "true").output().unwrap();
     assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
     let out = String::from_utf8_lossy(&ok.stdout);
     for line in [
@@ -52,6 +61,19 @@ fn check_config_validates_without_connecting() {
 
     let unknown = binary().arg("serve-forever").output().unwrap();
     assert_eq!(unknown.status.code(), Some(2));
+
+    // No Scylla cluster named: refused before connecting, in either backend, every variable named.
+    for backend in ["redis", "scylla"] {
+        for sub in ["check-config", "run"] {
+            let out =
+                binary().arg(sub).env("QIM_STORE_BACKEND", backend).env("QIM_AUTH_DISABLED", "true").output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{backend} {sub}");
+            let err = String::from_utf8_lossy(&out.stderr);
+            for (name, _) in SCYLLA {
+                assert!(err.contains(name), "{backend} {sub}: {name} not named in:\n{err}");
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -132,23 +132,58 @@ mod tests {
         resolved.contains(&(name.to_owned(), value.to_owned()))
     }
 
+    /// The four Scylla variables that have no default.
+    const SCYLLA: &[(&str, &str)] = &[
+        ("QIM_SCYLLA_HOSTS", "10.0.0.1:9042"),
+        ("QIM_SCYLLA_KEYSPACE", "qim"),
+        ("QIM_SCYLLA_DC", "dc1"),
+        ("QIM_SCYLLA_RF", "3"),
+    ];
+
+    /// [`SCYLLA`] and `extra` (which replaces a variable of [`SCYLLA`] it sets).
+    fn with_scylla<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut all: Vec<_> = SCYLLA.iter().copied().filter(|(k, _)| !extra.iter().any(|(e, _)| e == k)).collect();
+        all.extend_from_slice(extra);
+        all
+    }
+
     #[test]
-    fn defaults_are_valid_in_production() {
-        let resolved = check_pairs(&[]).expect("the documented defaults are valid");
+    fn defaults_and_the_scylla_cluster_are_valid_in_production() {
+        let resolved = check_pairs(SCYLLA).expect("the documented defaults and an explicit cluster are valid");
         assert!(has(&resolved, "QIM_STORE_BACKEND", "redis"), "{resolved:?}");
         assert!(has(&resolved, "QIM_AUTH_HS256_SECRET", "(unset)"), "{resolved:?}");
+        assert!(has(&resolved, "QIM_SCYLLA_HOSTS", "10.0.0.1:9042"), "{resolved:?}");
+    }
+
+    #[test]
+    fn the_scylla_cluster_has_no_default_in_either_backend() {
+        for backend in ["redis", "scylla"] {
+            let problems = check_pairs(&[("QIM_STORE_BACKEND", backend)]).unwrap_err();
+            assert_eq!(problems.len(), 1, "{problems:?}");
+            assert!(problems[0].starts_with("QIM_SCYLLA_HOSTS: is not set"), "{problems:?}");
+            for (var, _) in SCYLLA {
+                assert!(problems[0].contains(var), "{var} not named in {problems:?}");
+            }
+            for (missing, _) in SCYLLA {
+                let rest: Vec<_> =
+                    with_scylla(&[("QIM_STORE_BACKEND", backend)]).into_iter().filter(|(k, _)| k != missing).collect();
+                let problems = check_pairs(&rest).unwrap_err();
+                assert_eq!(problems.len(), 1, "{problems:?}");
+                assert!(problems[0].starts_with(&format!("{missing}: is not set (unset: {missing})")), "{problems:?}");
+            }
+        }
     }
 
     #[test]
     fn every_problem_names_its_variable() {
-        let problems = check_pairs(&[
+        let problems = check_pairs(&with_scylla(&[
             ("QIM_STORE_BACKEND", "postgres"),
             ("QIM_DEFAULT_HISTORY_RETENTION_DAYS", "0"),
             ("QIM_SCYLLA_RF", "1"),
             ("QIM_REDIS_URL", "not a url"),
             ("QIM_STOER_BACKEND", "redis"),
             ("QIM_TEST_SCYLLA_RF", "1"),
-        ])
+        ]))
         .unwrap_err();
         for var in [
             "QIM_STORE_BACKEND=",
@@ -165,7 +200,9 @@ mod tests {
     #[test]
     fn a_siblings_variable_is_accepted_and_a_typo_gets_the_nearest_name() {
         // One environment file for all three services: the dispatcher's variables are fine here.
-        assert!(check_pairs(&[("QIM_MAILBOX_SHARDS", "4"), ("QIM_WRITER_HTTP_ADDR", "127.0.0.1:1")]).is_ok());
+        assert!(
+            check_pairs(&with_scylla(&[("QIM_MAILBOX_SHARDS", "4"), ("QIM_WRITER_HTTP_ADDR", "127.0.0.1:1")])).is_ok()
+        );
         let problems = check_pairs(&[("QIM_STOER_BACKEND", "redis"), ("QIM_NOTHING_LIKE_THIS", "1")]).unwrap_err();
         assert!(
             problems.iter().any(|p| p.contains("QIM_STOER_BACKEND") && p.contains("did you mean QIM_STORE_BACKEND?")),
@@ -176,7 +213,7 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted() {
-        let resolved = check_pairs(&[("QIM_AUTH_HS256_SECRET", "hunter2")]).unwrap();
+        let resolved = check_pairs(&with_scylla(&[("QIM_AUTH_HS256_SECRET", "hunter2")])).unwrap();
         assert!(has(&resolved, "QIM_AUTH_HS256_SECRET", "(set, redacted)"));
         assert!(!format!("{resolved:?}").contains("hunter2"));
     }

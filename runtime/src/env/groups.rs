@@ -8,7 +8,7 @@ use clap::{ArgAction, Args, ValueEnum};
 use qim_store::mailbox::MailboxRetention;
 use qim_store::redis::RedisConfig;
 use qim_store::retention::RetentionPolicy;
-use qim_store::scylla::config::{self as scylla, validate_keyspace};
+use qim_store::scylla::config as scylla;
 use qim_store::scylla::ScyllaConfig;
 
 use super::whole::{whole, Whole};
@@ -34,18 +34,18 @@ pub struct StoreArgs {
     /// Prefix of every Redis key (`[A-Za-z0-9_.-]`, at most 64 characters); services sharing data use the same one.
     #[arg(long, verbatim_doc_comment, env = "QIM_REDIS_NAMESPACE", default_value = "qim", value_parser = redis_namespace)]
     pub redis_namespace: String,
-    /// Comma-separated ScyllaDB/Cassandra contact points.
-    #[arg(long, verbatim_doc_comment, env = scylla::HOSTS_VAR, default_value = scylla::DEFAULT_HOSTS)]
-    pub scylla_hosts: String,
-    /// Keyspace; letters, digits and `_`, at most 48 characters, not starting with `_`.
-    #[arg(long, verbatim_doc_comment, env = scylla::KEYSPACE_VAR, default_value = scylla::DEFAULT_KEYSPACE, value_parser = keyspace)]
-    pub scylla_keyspace: String,
-    /// Local data centre: replication and LOCAL_* consistency refer to it.
-    #[arg(long, verbatim_doc_comment, env = scylla::DC_VAR, default_value = scylla::DEFAULT_DC)]
-    pub scylla_dc: String,
-    /// Replication factor in the local DC; production refuses less than 3.
-    #[arg(long, verbatim_doc_comment, env = scylla::RF_VAR, default_value = scylla::DEFAULT_RF)]
-    pub scylla_rf: String,
+    /// Required, no default (every service reads Scylla in both modes): comma-separated ScyllaDB/Cassandra contact points, `host:port` each.
+    #[arg(long, verbatim_doc_comment, env = scylla::HOSTS_VAR)]
+    pub scylla_hosts: Option<String>,
+    /// Required, no default: the keyspace; letters, digits and `_`, at most 48 characters, not starting with `_`.
+    #[arg(long, verbatim_doc_comment, env = scylla::KEYSPACE_VAR)]
+    pub scylla_keyspace: Option<String>,
+    /// Required, no default: the local data centre; replication and LOCAL_* consistency refer to it.
+    #[arg(long, verbatim_doc_comment, env = scylla::DC_VAR)]
+    pub scylla_dc: Option<String>,
+    /// Required, no default: the replication factor in the local DC; production refuses less than 3.
+    #[arg(long, verbatim_doc_comment, env = scylla::RF_VAR)]
+    pub scylla_rf: Option<String>,
     /// `true` allows `QIM_SCYLLA_RF` 1 or 2 on a single-node development cluster; never in production.
     #[arg(long, verbatim_doc_comment, env = scylla::DEV_SINGLE_NODE_VAR, default_value = scylla::DEFAULT_DEV_SINGLE_NODE, action = ArgAction::Set)]
     pub scylla_dev_single_node: bool,
@@ -63,15 +63,17 @@ impl StoreArgs {
         RedisConfig { url: self.redis_url.clone(), namespace: self.redis_namespace.clone() }
     }
 
-    /// The production Scylla settings; the error names the variable at fault (an RF below 3
-    /// without `QIM_SCYLLA_DEV_SINGLE_NODE=true`, say).
+    /// The production Scylla settings; the error names the variable at fault (one of the four
+    /// required ones unset, naming every unset one, or an RF below 3 without
+    /// `QIM_SCYLLA_DEV_SINGLE_NODE=true`, say). Every service calls it in both backends: the
+    /// Redis backend reads Scylla too (the archive, membership).
     pub fn scylla(&self) -> Result<ScyllaConfig, String> {
         let dev = if self.scylla_dev_single_node { "true" } else { "false" };
         ScyllaConfig::production_from(|var| match var {
-            scylla::HOSTS_VAR => Some(self.scylla_hosts.clone()),
-            scylla::KEYSPACE_VAR => Some(self.scylla_keyspace.clone()),
-            scylla::DC_VAR => Some(self.scylla_dc.clone()),
-            scylla::RF_VAR => Some(self.scylla_rf.clone()),
+            scylla::HOSTS_VAR => self.scylla_hosts.clone(),
+            scylla::KEYSPACE_VAR => self.scylla_keyspace.clone(),
+            scylla::DC_VAR => self.scylla_dc.clone(),
+            scylla::RF_VAR => self.scylla_rf.clone(),
             scylla::DEV_SINGLE_NODE_VAR => Some(dev.to_owned()),
             _ => None,
         })
@@ -126,10 +128,6 @@ fn redis_url(value: &str) -> Result<String, String> {
 
 fn redis_namespace(value: &str) -> Result<String, String> {
     RedisConfig { url: String::new(), namespace: value.to_owned() }.validate().map(|()| value.to_owned())
-}
-
-fn keyspace(value: &str) -> Result<String, String> {
-    validate_keyspace(value.trim()).map(|()| value.trim().to_owned())
 }
 
 fn retention(value: &str) -> Result<RetentionPolicy, String> {

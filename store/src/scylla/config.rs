@@ -4,33 +4,28 @@
 //! constructors read them from the environment:
 //!
 //! - [`ScyllaConfig::production_from_env`]: `QIM_SCYLLA_HOSTS`, `QIM_SCYLLA_KEYSPACE`,
-//!   `QIM_SCYLLA_DC`, `QIM_SCYLLA_RF`, `QIM_SCYLLA_DEV_SINGLE_NODE`, with the defaults
-//!   [`DEFAULT_HOSTS`], [`DEFAULT_KEYSPACE`], [`DEFAULT_DC`], [`DEFAULT_RF`] and
-//!   [`DEFAULT_DEV_SINGLE_NODE`] (the services' documented defaults).
-//!   It refuses RF < 3, an empty DC and an illegal keyspace name, naming the variable.
+//!   `QIM_SCYLLA_DC` and `QIM_SCYLLA_RF` are required (seed 000: "Scylla 模式必填"); there is
+//!   no default cluster, so a deployment that forgets one fails its configuration check instead
+//!   of silently using a local node. `QIM_SCYLLA_DEV_SINGLE_NODE` is optional
+//!   ([`DEFAULT_DEV_SINGLE_NODE`]). It refuses an unset variable, RF < 3, an empty DC and an
+//!   illegal keyspace name, naming the variable.
 //! - [`ScyllaConfig::test_from_env`]: the isolated `QIM_TEST_SCYLLA_*` variables; RF 1 is legal
 //!   only here, and an unset keyspace gets a fresh per-process name.
 //!
 //! Nothing here touches the network: migration and connection read the config they are given.
 
-/// Production variables.
+/// Production contact points variable, `host:port` comma-separated (required).
 pub const HOSTS_VAR: &str = "QIM_SCYLLA_HOSTS";
-/// Production keyspace variable.
+/// Production keyspace variable (required).
 pub const KEYSPACE_VAR: &str = "QIM_SCYLLA_KEYSPACE";
-/// Production local data centre variable.
+/// Production local data centre variable (required).
 pub const DC_VAR: &str = "QIM_SCYLLA_DC";
-/// Production replication factor variable.
+/// Production replication factor variable (required).
 pub const RF_VAR: &str = "QIM_SCYLLA_RF";
 /// `true` lets production settings use RF 1 or 2, for a single-node development cluster only.
 pub const DEV_SINGLE_NODE_VAR: &str = "QIM_SCYLLA_DEV_SINGLE_NODE";
-/// Contact points when [`HOSTS_VAR`] is unset.
-pub const DEFAULT_HOSTS: &str = "127.0.0.1:9042";
-/// Keyspace when [`KEYSPACE_VAR`] is unset.
-pub const DEFAULT_KEYSPACE: &str = "qim";
-/// Local data centre when [`DC_VAR`] is unset.
-pub const DEFAULT_DC: &str = "datacenter1";
-/// Replication factor when [`RF_VAR`] is unset.
-pub const DEFAULT_RF: &str = "3";
+/// The production variables that have no default: each must be set explicitly.
+pub const REQUIRED_VARS: [&str; 4] = [HOSTS_VAR, KEYSPACE_VAR, DC_VAR, RF_VAR];
 /// [`DEV_SINGLE_NODE_VAR`] when unset.
 pub const DEFAULT_DEV_SINGLE_NODE: &str = "false";
 /// Test contact points (default `127.0.0.1:9042`).
@@ -142,26 +137,31 @@ pub fn test_keyspace_owned_by(pid: u32) -> String {
 }
 
 impl ScyllaConfig {
-    /// Production settings from `lookup` (a variable's value, `None` when unset); unset
-    /// variables take the `DEFAULT_*` values of this module.
+    /// Production settings from `lookup` (a variable's value, `None` when unset).
+    ///
+    /// Every variable of [`REQUIRED_VARS`] must be set: when some are not, the error names the
+    /// first as its `var` and lists all of them in its reason. [`DEV_SINGLE_NODE_VAR`] unset
+    /// is [`DEFAULT_DEV_SINGLE_NODE`]. Nothing is connected to.
     pub fn production_from(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ScyllaConfigError> {
-        let get = |var: &'static str| {
-            lookup(var).unwrap_or_else(|| {
-                match var {
-                    HOSTS_VAR => DEFAULT_HOSTS,
-                    KEYSPACE_VAR => DEFAULT_KEYSPACE,
-                    DC_VAR => DEFAULT_DC,
-                    RF_VAR => DEFAULT_RF,
-                    _ => DEFAULT_DEV_SINGLE_NODE,
-                }
-                .to_owned()
-            })
-        };
+        let missing: Vec<&'static str> = REQUIRED_VARS.into_iter().filter(|var| lookup(var).is_none()).collect();
+        if let Some(&first) = missing.first() {
+            return Err(err(
+                first,
+                format!(
+                    "is not set (unset: {}): {} have no defaults, so a service never falls back to a \
+                     local cluster; set each to the deployment's cluster",
+                    missing.join(", "),
+                    REQUIRED_VARS.join(", ")
+                ),
+            ));
+        }
+        let get = |var: &'static str| lookup(var).unwrap_or_default();
+        let dev = lookup(DEV_SINGLE_NODE_VAR).unwrap_or_else(|| DEFAULT_DEV_SINGLE_NODE.to_owned());
         Ok(Self {
             hosts: hosts(HOSTS_VAR, &get(HOSTS_VAR))?,
             keyspace: keyspace(KEYSPACE_VAR, &get(KEYSPACE_VAR))?,
             local_dc: dc(DC_VAR, &get(DC_VAR))?,
-            replication_factor: rf(RF_VAR, &get(RF_VAR), min_rf(&get(DEV_SINGLE_NODE_VAR))?)?,
+            replication_factor: rf(RF_VAR, &get(RF_VAR), min_rf(&dev)?)?,
         })
     }
 
@@ -206,28 +206,49 @@ mod tests {
         move |k| map.get(k).cloned()
     }
 
+    /// Every required production variable, set to a valid value.
+    const PRODUCTION: &[(&str, &str)] =
+        &[(HOSTS_VAR, "10.0.0.1:9042"), (KEYSPACE_VAR, "qim"), (DC_VAR, "dc1"), (RF_VAR, "3")];
+
+    /// [`PRODUCTION`] with `extra` set on top (replacing a variable it sets).
+    fn production<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut all: Vec<_> = PRODUCTION.iter().copied().filter(|(k, _)| !extra.iter().any(|(e, _)| e == k)).collect();
+        all.extend_from_slice(extra);
+        all
+    }
+
     #[test]
-    fn production_defaults_come_from_the_documented_table() {
-        let c = ScyllaConfig::production_from(vars(&[])).unwrap();
+    fn production_has_no_default_cluster() {
+        let c = ScyllaConfig::production_from(vars(PRODUCTION)).unwrap();
         assert_eq!(
             c,
             ScyllaConfig {
-                hosts: vec!["127.0.0.1:9042".into()],
+                hosts: vec!["10.0.0.1:9042".into()],
                 keyspace: "qim".into(),
-                local_dc: "datacenter1".into(),
+                local_dc: "dc1".into(),
                 replication_factor: 3,
             }
         );
+        for missing in REQUIRED_VARS {
+            let rest: Vec<_> = PRODUCTION.iter().copied().filter(|(k, _)| *k != missing).collect();
+            let e = ScyllaConfig::production_from(vars(&rest)).unwrap_err();
+            assert_eq!(e.var, missing);
+            assert!(e.to_string().starts_with(&format!("{missing}: is not set")), "{e}");
+        }
+        // Nothing set: the first is the error's variable, and the message names all four.
+        let e = ScyllaConfig::production_from(vars(&[(DEV_SINGLE_NODE_VAR, "true")])).unwrap_err();
+        assert_eq!(e.var, HOSTS_VAR);
+        assert!(e.reason.contains(&format!("unset: {}", REQUIRED_VARS.join(", "))), "{e}");
     }
 
     #[test]
     fn production_reads_every_variable() {
-        let c = ScyllaConfig::production_from(vars(&[
+        let c = ScyllaConfig::production_from(vars(&production(&[
             (HOSTS_VAR, " a:9042, b:9042 ,"),
             (KEYSPACE_VAR, "qim_prod"),
             (DC_VAR, "eu-west"),
             (RF_VAR, "5"),
-        ]))
+        ])))
         .unwrap();
         assert_eq!(c.hosts, vec!["a:9042".to_owned(), "b:9042".to_owned()]);
         assert_eq!((c.keyspace.as_str(), c.local_dc.as_str(), c.replication_factor), ("qim_prod", "eu-west", 5));
@@ -250,11 +271,11 @@ mod tests {
             (HOSTS_VAR, " , "),
         ];
         for (var, value) in cases {
-            let e = ScyllaConfig::production_from(vars(&[(var, value)])).unwrap_err();
+            let e = ScyllaConfig::production_from(vars(&production(&[(var, value)]))).unwrap_err();
             assert_eq!(e.var, var, "{var}={value:?}: {e}");
             assert!(e.to_string().starts_with(var), "{e}");
         }
-        assert!(ScyllaConfig::production_from(vars(&[(KEYSPACE_VAR, &"k".repeat(48))])).is_ok());
+        assert!(ScyllaConfig::production_from(vars(&production(&[(KEYSPACE_VAR, &"k".repeat(48))]))).is_ok());
     }
 
     const LOCAL: &[(&str, &str)] =
@@ -299,11 +320,13 @@ mod tests {
 
     #[test]
     fn a_declared_single_node_development_cluster_may_use_rf_one() {
-        let dev = ScyllaConfig::production_from(vars(&[(RF_VAR, "1"), (DEV_SINGLE_NODE_VAR, "true")])).unwrap();
+        let dev =
+            ScyllaConfig::production_from(vars(&production(&[(RF_VAR, "1"), (DEV_SINGLE_NODE_VAR, "true")]))).unwrap();
         assert_eq!(dev.replication_factor, 1);
-        let e = ScyllaConfig::production_from(vars(&[(RF_VAR, "1"), (DEV_SINGLE_NODE_VAR, "false")])).unwrap_err();
+        let e = ScyllaConfig::production_from(vars(&production(&[(RF_VAR, "1"), (DEV_SINGLE_NODE_VAR, "false")])))
+            .unwrap_err();
         assert_eq!(e.var, RF_VAR);
-        let e = ScyllaConfig::production_from(vars(&[(DEV_SINGLE_NODE_VAR, "yes")])).unwrap_err();
+        let e = ScyllaConfig::production_from(vars(&production(&[(DEV_SINGLE_NODE_VAR, "yes")]))).unwrap_err();
         assert_eq!(e.var, DEV_SINGLE_NODE_VAR);
     }
 }

@@ -18,13 +18,28 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The Scylla variables the writer needs in either backend (they have no defaults); nothing
+/// connects to them in `check-config`.
+const SCYLLA: [(&str, &str); 4] = [
+    ("QIM_SCYLLA_HOSTS", "10.0.0.1:9042"),
+    ("QIM_SCYLLA_KEYSPACE", "qim"),
+    ("QIM_SCYLLA_DC", "dc1"),
+    ("QIM_SCYLLA_RF", "3"),
+];
+
+/// `check-config` with [`SCYLLA`] and `env`.
+fn check_config(env: &[(&str, &str)]) -> Output {
+    writer(&["check-config"], &[&SCYLLA[..], env].concat())
+}
+
 #[test]
 fn check_config_prints_the_resolved_environment() {
     let secret = "a-secret-of-at-least-thirty-two-bytes";
-    let out = writer(&["check-config"], &[("QIM_AUTH_HS256_SECRET", secret)]);
+    let out = check_config(&[("QIM_AUTH_HS256_SECRET", secret)]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("QIM_STORE_BACKEND=redis"), "{stdout}");
+    assert!(stdout.contains("QIM_SCYLLA_HOSTS=10.0.0.1:9042"), "{stdout}");
     assert!(stdout.contains("QIM_WRITER_HTTP_ADDR=127.0.0.1:8080"), "{stdout}");
     assert!(stdout.contains("QIM_AUTH_HS256_SECRET=(set, redacted)"), "{stdout}");
     assert!(!stdout.contains(secret), "the secret is redacted: {stdout}");
@@ -32,20 +47,20 @@ fn check_config_prints_the_resolved_environment() {
 
 #[test]
 fn check_config_refuses_an_api_without_keys_and_unusable_keys() {
-    let out = writer(&["check-config"], &[]);
+    let out = check_config(&[]);
     assert_eq!(out.status.code(), Some(2));
     let stderr = text(&out.stderr);
     assert!(stderr.contains("QIM_AUTH_HS256_SECRET") && stderr.contains("QIM_AUTH_DISABLED"), "{stderr}");
     let keys = qim_testkit::tokens::keys_dir();
     let not_a_key = keys.join("jwks.json");
-    let out = writer(&["check-config"], &[("QIM_AUTH_PUBLIC_KEY_FILE", not_a_key.to_str().unwrap())]);
+    let out = check_config(&[("QIM_AUTH_PUBLIC_KEY_FILE", not_a_key.to_str().unwrap())]);
     assert_eq!(out.status.code(), Some(2), "a JWK set is not a PEM key");
     let missing = keys.join("no-such-file.pem");
-    let out = writer(&["check-config"], &[("QIM_AUTH_JWKS_FILE", missing.to_str().unwrap())]);
+    let out = check_config(&[("QIM_AUTH_JWKS_FILE", missing.to_str().unwrap())]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no-such-file.pem"), "{}", text(&out.stderr));
     let jwks = keys.join("jwks.json");
-    let out = writer(&["check-config"], &[("QIM_AUTH_JWKS_FILE", jwks.to_str().unwrap())]);
+    let out = check_config(&[("QIM_AUTH_JWKS_FILE", jwks.to_str().unwrap())]);
     assert!(out.status.success(), "stderr: {}", text(&out.stderr));
 }
 
@@ -59,6 +74,30 @@ fn check_config_names_every_bad_variable() {
     let stderr = text(&out.stderr);
     for var in ["QIM_STORE_BACKEND", "QIM_WRITER_HTTP_ADDR", "QIM_MAX_BODYBYTES"] {
         assert!(stderr.contains(var), "{var} missing from: {stderr}");
+    }
+}
+
+/// Seed 000: the Scylla cluster is required configuration. Without it `check-config`, a start
+/// and `migrate` exit before connecting anything, naming every unset variable, in either backend
+/// (the Redis backend reads the Scylla archive too).
+#[test]
+fn the_scylla_cluster_has_no_default() {
+    for backend in ["redis", "scylla"] {
+        let base = [("QIM_STORE_BACKEND", backend), ("QIM_AUTH_DISABLED", "true")];
+        for args in [&["check-config"][..], &["serve"], &["migrate"]] {
+            let out = writer(args, &base);
+            assert_eq!(out.status.code(), Some(2), "{backend} {args:?}: {}", text(&out.stderr));
+            let stderr = text(&out.stderr);
+            for (var, _) in SCYLLA {
+                assert!(stderr.contains(var), "{backend} {args:?}: {var} not named in {stderr}");
+            }
+            assert!(stderr.contains("is not set"), "{stderr}");
+        }
+        let all_but_dc: Vec<_> = SCYLLA.iter().copied().filter(|(k, _)| *k != "QIM_SCYLLA_DC").collect();
+        let out = writer(&["check-config"], &[&base[..], &all_but_dc].concat());
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains("QIM_SCYLLA_DC: is not set (unset: QIM_SCYLLA_DC)"), "{stderr}");
     }
 }
 
@@ -92,6 +131,7 @@ fn migrate_creates_then_verifies_and_never_alters_replication() {
     let hosts = std::env::var("QIM_TEST_SCYLLA_HOSTS").expect(
         "QIM_TEST_SCYLLA_HOSTS is not set: the Scylla tests need an explicit test cluster (deploy/local/test sets it)",
     );
+    let dc = std::env::var("QIM_TEST_SCYLLA_DC").expect("QIM_TEST_SCYLLA_DC is not set (deploy/local/test sets it)");
     let keyspace = format!("qim_admin_{}", std::process::id());
     // One node here: RF 3 passes the production check and Cassandra accepts it for DDL.
     let env = [
@@ -99,6 +139,7 @@ fn migrate_creates_then_verifies_and_never_alters_replication() {
         ("QIM_SCYLLA_KEYSPACE", keyspace.as_str()),
         ("QIM_SCYLLA_RF", "3"),
         ("QIM_AUTH_DISABLED", "true"),
+        ("QIM_SCYLLA_DC", dc.as_str()),
     ];
     let first = writer(&["migrate"], &env);
     assert!(
@@ -109,7 +150,7 @@ fn migrate_creates_then_verifies_and_never_alters_replication() {
     assert!(text(&first.stdout).contains(&format!("keyspace {keyspace} ready")));
     let second = writer(&["migrate"], &env);
     assert!(second.status.success(), "a second migrate verifies: {}", text(&second.stderr));
-    let other_rf = [env[0], env[1], ("QIM_SCYLLA_RF", "5"), env[3]];
+    let other_rf = [env[0], env[1], ("QIM_SCYLLA_RF", "5"), env[3], env[4]];
     let refused = writer(&["migrate"], &other_rf);
     assert_eq!(refused.status.code(), Some(1));
     assert!(text(&refused.stderr).contains("never altered"), "{}", text(&refused.stderr));
