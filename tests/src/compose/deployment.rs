@@ -3,6 +3,8 @@
 //! supporting services the checks look for. The checks in [`super::checks`] compare
 //! `docker-compose.yml` against these tables.
 
+use std::collections::BTreeMap;
+
 use qim_runtime::env::{variables, Environment, Variable};
 
 /// One of our services in the compose file.
@@ -17,6 +19,17 @@ pub struct Ours {
     pub env: fn() -> clap::Command,
     /// `false` for the one-shot migration, which serves no HTTP and must not restart.
     pub long_running: bool,
+    /// The binary's own start-up check of an environment (`check-config`: every value, the
+    /// rules between them, required variables such as `QIM_SCYLLA_*`); connects to nothing.
+    pub check: CheckEnvironment,
+}
+
+/// A binary's check of an environment (name → value): `Err` holds every problem.
+pub type CheckEnvironment = fn(&BTreeMap<String, String>) -> Result<(), Vec<String>>;
+
+/// [`Ours::check`] for the binary whose environment is `E`.
+fn check<E: Environment>(env: &BTreeMap<String, String>) -> Result<(), Vec<String>> {
+    qim_runtime::env::check::<E>(&|name| env.get(name).cloned(), env.keys().cloned()).map(drop)
 }
 
 impl Ours {
@@ -39,6 +52,7 @@ pub const OURS: &[Ours] = &[
         binary: "qim-writer",
         env: qim_writer::config::WriterEnv::command,
         long_running: true,
+        check: check::<qim_writer::config::WriterEnv>,
     },
     Ours {
         service: "archiver",
@@ -46,6 +60,7 @@ pub const OURS: &[Ours] = &[
         binary: "qim-archiver",
         env: qim_archiver::config::ArchiverEnv::command,
         long_running: true,
+        check: check::<qim_archiver::config::ArchiverEnv>,
     },
     Ours {
         service: "mailbox-dispatcher",
@@ -53,6 +68,7 @@ pub const OURS: &[Ours] = &[
         binary: "qim-mailbox-dispatcher",
         env: qim_mailbox_dispatcher::config::DispatcherEnv::command,
         long_running: true,
+        check: check::<qim_mailbox_dispatcher::config::DispatcherEnv>,
     },
     Ours {
         service: "migrate",
@@ -60,6 +76,7 @@ pub const OURS: &[Ours] = &[
         binary: "qim-writer",
         env: qim_writer::config::WriterEnv::command,
         long_running: false,
+        check: check::<qim_writer::config::WriterEnv>,
     },
 ];
 
@@ -105,3 +122,35 @@ pub const SCYLLA_SEED: &str = "scylla-1";
 
 /// The command the README must give for the dev profile.
 pub const UP_DEV: &str = "docker compose -f deploy/compose/docker-compose.yml --profile dev up --build";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each binary's check refuses an environment without the Scylla cluster, naming what is
+    /// missing, and accepts one that names it.
+    #[test]
+    fn the_check_refuses_an_environment_without_the_scylla_cluster() {
+        let full: BTreeMap<String, String> = [
+            ("QIM_SCYLLA_HOSTS", "scylla-1:9042"),
+            ("QIM_SCYLLA_KEYSPACE", "qim"),
+            ("QIM_SCYLLA_DC", "datacenter1"),
+            ("QIM_SCYLLA_RF", "3"),
+            ("QIM_AUTH_DISABLED", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        for ours in OURS {
+            assert_eq!((ours.check)(&full), Ok(()), "{}", ours.service);
+            let mut without = full.clone();
+            without.remove("QIM_SCYLLA_DC");
+            let refused = (ours.check)(&without).expect_err(ours.service);
+            assert!(
+                refused.iter().any(|p| p.starts_with("QIM_SCYLLA_DC: is not set")),
+                "{}: {refused:?}",
+                ours.service
+            );
+        }
+    }
+}

@@ -4,7 +4,8 @@
 //!
 //! Where each variable goes is the definitions' answer, not the file's: a variable every
 //! long-running service reads is set once in the shared `x-qim-env` anchor, any other in the
-//! block of each service that reads it, in that service's definition order. A value in
+//! block of each service that reads it, in that service's definition order; a one-shot
+//! (`migrate`) gets the shared block and [`ONE_SHOT_SETTINGS`]. A value in
 //! [`SETTINGS`] for a variable no service reads is an error, so a renamed variable can not
 //! linger in the file. The `compose_config` test compares the file with [`generate`];
 //! `QIM_BLESS=1` writes it.
@@ -76,6 +77,17 @@ pub const SETTINGS: &[Setting] = &[
     set("QIM_DISPATCHER_DLQ_TOPIC", "qim.mailbox.dlq.v1"),
 ];
 
+/// Values the one-shot services (`migrate`) get after the shared merge, instead of their
+/// binary's long-running settings.
+pub const ONE_SHOT_SETTINGS: &[Setting] = &[Setting {
+    name: "QIM_AUTH_DISABLED",
+    value: "true",
+    note: &[
+        "migrate serves no API, but qim-writer checks its whole environment at any start, API",
+        "keys included (it would exit 2 without one): there are none to check.",
+    ],
+}];
+
 /// The line that opens the shared block.
 const SHARED_ANCHOR: &str = "x-qim-env: &qim-env";
 /// The line that opens the rest of a service's block, after the shared merge.
@@ -114,8 +126,8 @@ fn read_by_all(name: &str) -> bool {
     long_running().all(|o| o.reads(name))
 }
 
-/// `text` (the compose file) with the shared block and each long-running service's own block
-/// replaced by the generated ones.
+/// `text` (the compose file) with the shared block, each long-running service's own block and
+/// each one-shot's ([`ONE_SHOT_SETTINGS`]) replaced by the generated ones.
 ///
 /// # Errors
 ///
@@ -125,12 +137,23 @@ pub fn generate(text: &str) -> Result<String, String> {
     if let Some(orphan) = SETTINGS.iter().find(|s| !OURS.iter().any(|o| o.reads(s.name))) {
         return Err(format!("{} is set for the compose deployment but no service reads it", orphan.name));
     }
+    if let Some(orphan) = ONE_SHOT_SETTINGS.iter().find(|s| !OURS.iter().any(|o| !o.long_running && o.reads(s.name))) {
+        return Err(format!("{} is set for the one-shot services but none reads it", orphan.name));
+    }
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     let writer = long_running().next().ok_or("no long-running service")?;
     let shared = block(writer, read_by_all, SHARED_INDENT);
     replace_after(&mut lines, |l| l == SHARED_ANCHOR, 0, SHARED_INDENT.len(), shared)?;
     for ours in long_running() {
         let own = block(ours, |n| !read_by_all(n), SERVICE_INDENT);
+        let header = format!("  {}:", ours.service);
+        let start = lines.iter().position(|l| *l == header).ok_or(format!("no service {}", ours.service))?;
+        replace_after(&mut lines, |l| l == SHARED_MERGE, start, SERVICE_INDENT.len(), own)
+            .map_err(|e| format!("service {}: {e}", ours.service))?;
+    }
+    for ours in OURS.iter().filter(|o| !o.long_running) {
+        let own: Vec<String> =
+            ONE_SHOT_SETTINGS.iter().filter(|s| ours.reads(s.name)).flat_map(|s| lines_of(s, SERVICE_INDENT)).collect();
         let header = format!("  {}:", ours.service);
         let start = lines.iter().position(|l| *l == header).ok_or(format!("no service {}", ours.service))?;
         replace_after(&mut lines, |l| l == SHARED_MERGE, start, SERVICE_INDENT.len(), own)

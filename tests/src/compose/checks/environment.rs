@@ -1,4 +1,6 @@
-//! Every variable a service is given is one its binary reads (its clap environment).
+//! Every variable a service is given is one its binary reads (its clap environment), and the
+//! environment as a whole passes the binary's own start-up check (so a required variable, such as
+//! the `QIM_SCYLLA_*` cluster, can not be missing from the file).
 
 use std::collections::BTreeMap;
 
@@ -7,7 +9,8 @@ use crate::compose::service::environment;
 use crate::compose::Compose;
 
 /// The environment problems of `compose` in each profile (empty when there are none): an
-/// undocumented or empty variable, an unknown store backend, a variable whose value differs
+/// undocumented or empty variable, an unknown store backend, an environment the service's binary
+/// would refuse to start with (`check-config`'s problems), a variable whose value differs
 /// between services, or an `environment` that can not be read.
 pub fn check(compose: &Compose) -> Vec<String> {
     let mut problems = Vec::new();
@@ -33,6 +36,14 @@ pub fn check(compose: &Compose) -> Vec<String> {
                     problems.push(format!("{} [{}]: {name} is empty", ours.service, profile.name));
                 }
                 shared.entry(name.clone()).or_default().insert(value.clone(), ours.service);
+            }
+            if let Err(refused) = (ours.check)(&env) {
+                for why in refused {
+                    problems.push(format!(
+                        "{} [{}]: {} refuses its environment: {why}",
+                        ours.service, profile.name, ours.binary
+                    ));
+                }
             }
             if let Some(backend) = env.get("QIM_STORE_BACKEND") {
                 if backend != "redis" && backend != "scylla" {
