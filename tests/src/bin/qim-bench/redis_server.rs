@@ -78,7 +78,7 @@ impl ServerStats {
     /// The commands that took the most time, at most `n`, slowest first.
     pub fn top_commands(&self, n: usize) -> Vec<(&str, CommandTime)> {
         let mut all: Vec<(&str, CommandTime)> = self.commands.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        all.sort_by(|a, b| b.1.usec.cmp(&a.1.usec));
+        all.sort_by_key(|(_, t)| std::cmp::Reverse(t.usec));
         all.truncate(n);
         all
     }
