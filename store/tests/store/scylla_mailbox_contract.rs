@@ -116,7 +116,7 @@ mod mailbox {
 /// idempotence, the failure message when Cassandra is down.
 mod cql_specific {
     use super::*;
-    use qim_store::ids::{ConversationId, ConversationSeq, EventId, MILLIS_PER_DAY};
+    use qim_store::ids::{ConversationId, ConversationSeq, EventId, UnixMillis, MILLIS_PER_DAY};
     use qim_store::mailbox::{
         lane_of, ChunkId, DispatchId, DispatchManifest, LaneId, MailboxEntry, MailboxEvent, MessageRef, ShardEpoch,
         ShardId,
@@ -129,6 +129,22 @@ mod cql_specific {
     fn fresh_shard() -> ShardId {
         let b = fresh_bytes();
         ShardId(u16::from_be_bytes([b[14], b[15]]) ^ u16::from_be_bytes([b[6], b[7]]))
+    }
+
+    /// The end of the day `days` after [`T0`]: a retention day of the proof tests.
+    fn day(days: i64) -> UnixMillis {
+        qim_store::mailbox::end_of_day(T0.plus_millis(days * MILLIS_PER_DAY))
+    }
+
+    /// User `u`'s entry at mailbox position `n`, expiring at `expires_at` (the proof tests).
+    fn proof_entry(t: TenantId, u: UserId, n: u64, expires_at: UnixMillis) -> MailboxEntry {
+        MailboxEntry {
+            tenant: t,
+            user: u,
+            seq: MailboxSeq::new(EPOCH, n).unwrap(),
+            expires_at,
+            event: MailboxEvent { ordinal: 0, event_id: EventId([n as u8; 16]), message: message(t) },
+        }
     }
 
     fn message(tenant: TenantId) -> MessageRef {
@@ -294,14 +310,7 @@ mod cql_specific {
         let (store, session, ks) = open_store(MailboxRetention::default(), clock.clone()).await;
         let t = fresh_tenant();
         let u = user(1);
-        let day = |days: i64| qim_store::mailbox::end_of_day(T0.plus_millis(days * MILLIS_PER_DAY));
-        let entry = |n: u64, expires_at| MailboxEntry {
-            tenant: t,
-            user: u,
-            seq: MailboxSeq::new(EPOCH, n).unwrap(),
-            expires_at,
-            event: MailboxEvent { ordinal: 0, event_id: EventId([n as u8; 16]), message: message(t) },
-        };
+        let entry = |n: u64, expires_at| proof_entry(t, u, n, expires_at);
         store.append_batch(&[entry(9, day(1))]).await.unwrap();
         let listed = MailboxSeq::new(EPOCH, 9).unwrap().as_u64() as i64;
         // The highest write timestamp this backend can issue wins over every proof write.
@@ -350,14 +359,7 @@ mod cql_specific {
         let (store, session, ks) = open_store(MailboxRetention::default(), clock.clone()).await;
         let t = fresh_tenant();
         let u = user(1);
-        let day = |days: i64| qim_store::mailbox::end_of_day(T0.plus_millis(days * MILLIS_PER_DAY));
-        let entry = |n: u64, expires_at| MailboxEntry {
-            tenant: t,
-            user: u,
-            seq: MailboxSeq::new(EPOCH, n).unwrap(),
-            expires_at,
-            event: MailboxEvent { ordinal: 0, event_id: EventId([n as u8; 16]), message: message(t) },
-        };
+        let entry = |n: u64, expires_at| proof_entry(t, u, n, expires_at);
         store.append_batch(&[entry(9, day(1))]).await.unwrap();
         session
             .query_unpaged(
@@ -426,14 +428,7 @@ mod cql_specific {
         let (store, session, ks) = open_store(MailboxRetention::default(), clock.clone()).await;
         let t = fresh_tenant();
         let u = user(1);
-        let day = |days: i64| qim_store::mailbox::end_of_day(T0.plus_millis(days * MILLIS_PER_DAY));
-        let entry = |n: u64, expires_at| MailboxEntry {
-            tenant: t,
-            user: u,
-            seq: MailboxSeq::new(EPOCH, n).unwrap(),
-            expires_at,
-            event: MailboxEvent { ordinal: 0, event_id: EventId([n as u8; 16]), message: message(t) },
-        };
+        let entry = |n: u64, expires_at| proof_entry(t, u, n, expires_at);
         store.append_batch(&[entry(4, day(1))]).await.unwrap();
         store.append_batch(&[entry(9, day(1))]).await.unwrap();
         store.append_batch(&[entry(10, day(200))]).await.unwrap();
