@@ -121,6 +121,29 @@ impl ErrorKind {
 }
 
 impl StoreError {
+    /// The same failure again, for answering it to each of several callers of one call: the
+    /// same variant and words; an `Unavailable`'s source is kept as text in its message.
+    pub fn same_again(&self) -> StoreError {
+        match self {
+            StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+            StoreError::DispatchConflict(m) => StoreError::DispatchConflict(m.clone()),
+            StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
+            StoreError::Forbidden(m) => StoreError::Forbidden(m.clone()),
+            StoreError::InvalidInput(m) => StoreError::InvalidInput(m.clone()),
+            StoreError::CorruptEntry(m) => StoreError::CorruptEntry(m.clone()),
+            StoreError::InvariantViolation(m) => StoreError::InvariantViolation(m.clone()),
+            StoreError::CursorExpired { earliest } => StoreError::CursorExpired { earliest: *earliest },
+            StoreError::StateLost(m) => StoreError::StateLost(m.clone()),
+            StoreError::Unavailable { message, source } => StoreError::Unavailable {
+                message: match source {
+                    Some(source) => format!("{message}: {source}"),
+                    None => message.clone(),
+                },
+                source: None,
+            },
+        }
+    }
+
     /// This error's kind.
     pub fn kind(&self) -> ErrorKind {
         match self {

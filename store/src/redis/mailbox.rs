@@ -56,10 +56,11 @@
 //! Dispatch bookkeeping is one script per step on the shard's slot; `append_chunks` checks the
 //! stored manifest of every chunk (one pipeline) and then writes the per-user groups of all of
 //! them like `append_batch`; `mark_chunks_completed` is one script per shard. Every script declares
-//! every key it touches in `KEYS`. Two steps are split to bound a script's run time:
-//! `advance_watermark` inspects at most `ADVANCE_BATCH` (1000) sources per script, moving the
-//! watermark over each fully complete batch and calling again until `through` (so after a
-//! `Conflict` beyond the first batch the watermark may have moved up to a batch boundary below the
+//! every key it touches in `KEYS`. `advance_watermarks` moves all its lanes in one script, which
+//! reads each source's dispatch once for all of them. Two steps are split to bound a script's run
+//! time: an advance inspects at most `ADVANCE_SOURCES` (256) sources per script, moving each lane
+//! over a fully complete batch and calling again until its `through` (so after a `Conflict`
+//! beyond the first batch the watermark may have moved up to a batch boundary below the
 //! incomplete offset, itself a legal advance); GC selects collectable ids with one script and
 //! forgets each with another that checks again.
 //!
@@ -71,6 +72,7 @@ mod dispatch;
 mod keys;
 mod reply;
 mod user;
+mod watermarks;
 
 use std::sync::{Arc, LazyLock};
 
@@ -112,8 +114,9 @@ fn fenced_script(body: &str) -> Script {
 const MAX_ATTEMPTS: usize = 64;
 /// Most GC candidates one `gc_completed_dispatches` call inspects (bounds the script's run time).
 const GC_SCAN_CAP: usize = 10_000;
-/// Most sources one `mailbox_advance.lua` call inspects (bounds the script's run time).
-const ADVANCE_BATCH: usize = 1000;
+/// Most sources one `mailbox_advance.lua` call inspects (bounds the script's run time: each
+/// costs a lookup per lane still moving).
+const ADVANCE_SOURCES: usize = 256;
 
 /// A transport or server error: a key of the wrong type is corrupt data, the rest `Unavailable`.
 fn redis_err(what: &str, err: redis::RedisError) -> StoreError {
@@ -301,7 +304,12 @@ impl MailboxStore for RedisMailboxStore {
     }
 
     async fn advance_watermark(&self, shard: ShardId, lane: LaneId, through: u64) -> StoreResult<LaneWatermark> {
-        self.advance(shard, lane, through, None).await
+        let mut answers = self.advance_lanes(shard, &[(lane, through)], None).await;
+        answers.pop().unwrap_or_else(|| Err(StoreError::InvariantViolation("a lane advance got no answer".into())))
+    }
+
+    async fn advance_watermarks(&self, shard: ShardId, targets: &[(LaneId, u64)]) -> Vec<StoreResult<LaneWatermark>> {
+        self.advance_lanes(shard, targets, None).await
     }
 
     async fn advance_watermarks_fenced(
@@ -309,8 +317,7 @@ impl MailboxStore for RedisMailboxStore {
         fence: &ShardFence,
         targets: &[(LaneId, u64)],
     ) -> Vec<StoreResult<LaneWatermark>> {
-        let advances = targets.iter().map(|(lane, through)| self.advance(fence.shard, *lane, *through, Some(fence)));
-        futures_util::future::join_all(advances).await
+        self.advance_lanes(fence.shard, targets, Some(fence)).await
     }
 
     async fn gc_completed_dispatches(

@@ -301,9 +301,11 @@ mod redis_specific {
         assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
     }
 
-    /// One `advance_watermark` crosses more sources than one script inspects (1000): it stops at
-    /// the first incomplete one anywhere, and passes all of them once complete. GC then leaves
-    /// nothing of the shard but its watermarks.
+    /// One `advance_watermark` crosses more sources than one script inspects (256): it stops at
+    /// the first incomplete one anywhere, and passes all of them once complete. All 64 lanes
+    /// advanced together (one script per round trip) answer each on its own: the incomplete lane
+    /// is refused at its offset, every other lane passes every source. GC then leaves nothing of
+    /// the shard but its watermarks.
     #[tokio::test]
     async fn advance_crosses_more_sources_than_one_batch() {
         const N: u64 = 1200;
@@ -332,13 +334,24 @@ mod redis_specific {
         assert!(err.to_string().contains("offset 1100"), "{err}");
         let through = store.lane_watermark(shard, l).await.unwrap().through;
         assert!(through.is_none_or(|w| w < 1100), "the watermark passed the incomplete offset: {through:?}");
+        let all: Vec<(LaneId, u64)> = LaneId::all().map(|lane| (lane, N)).collect();
+        let answers = store.advance_watermarks(shard, &all).await;
+        assert_eq!(answers.len(), all.len());
+        for ((lane, _), answer) in all.iter().zip(answers) {
+            if *lane == l {
+                let err = answer.unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+                assert!(err.to_string().contains("offset 1100"), "{err}");
+            } else {
+                assert_eq!(answer.unwrap().through, Some(N), "lane {}", lane.get());
+                assert_eq!(store.lane_watermark(shard, *lane).await.unwrap().through, Some(N));
+            }
+        }
+        let through = store.lane_watermark(shard, l).await.unwrap().through;
+        assert!(through.is_none_or(|w| w < 1100), "the watermark passed the incomplete offset: {through:?}");
         store.mark_chunk_completed(ids[1099], ChunkId { lane: l, index: 0 }).await.unwrap();
         assert_eq!(store.advance_watermark(shard, l, N).await.unwrap().through, Some(N));
         assert_eq!(store.lane_watermark(shard, l).await.unwrap().through, Some(N));
-
-        for other in LaneId::all() {
-            assert_eq!(store.advance_watermark(shard, other, N).await.unwrap().through, Some(N));
-        }
         clock.advance(1000);
         let later = qim_store::clock::Clock::now(clock.as_ref()).0 + 1;
         assert_eq!(store.gc_completed_dispatches(shard, later, 10_000).await.unwrap(), N as usize);

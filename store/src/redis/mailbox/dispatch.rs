@@ -3,13 +3,13 @@
 use redis::Value;
 
 use super::reply::{bulk, number, status, text};
-use super::{redis_err, RedisMailboxStore, ADVANCE, ADVANCE_BATCH, BEGIN, GC, GC_DISPATCH, GC_SCAN_CAP, PROGRESS};
+use super::{redis_err, RedisMailboxStore, BEGIN, GC, GC_DISPATCH, GC_SCAN_CAP, PROGRESS};
 use crate::codec::{decode_manifest, encode_manifest};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::MessageId;
 use crate::mailbox::{
-    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxSeq,
-    ShardEpoch, ShardFence, ShardId,
+    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, MailboxSeq, ShardEpoch,
+    ShardFence, ShardId,
 };
 
 pub(super) fn not_begun(id: &DispatchId) -> StoreError {
@@ -124,65 +124,6 @@ impl RedisMailboxStore {
             max_observed_offset,
             completed,
         }))
-    }
-
-    pub(super) async fn advance(
-        &self,
-        shard: ShardId,
-        lane: LaneId,
-        through: u64,
-        fence: Option<&ShardFence>,
-    ) -> StoreResult<LaneWatermark> {
-        let keys = self.shard_keys(shard);
-        let mut conn = self.conn.clone();
-        // Each call inspects at most ADVANCE_BATCH sources and, when they are all complete and
-        // `through` is further, moves the watermark to the last of them ("more"): every call
-        // makes progress, so this ends.
-        loop {
-            let reply: Value = ADVANCE
-                .key(&keys.watermarks)
-                .key(&keys.sources)
-                .key(&keys.src)
-                .key(&keys.work)
-                .key(&keys.incarnation)
-                .arg(lane.get())
-                .arg(through.to_string())
-                .arg(ADVANCE_BATCH)
-                .arg(fence_arg(fence))
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| redis_err("advancing a lane watermark", e))?;
-            let (code, rest) = status(reply)?;
-            let mut rest = rest.into_iter();
-            match code.as_str() {
-                "ok" => return Ok(LaneWatermark { shard, lane, through: Some(number(rest.next(), "watermark")?) }),
-                "more" => {
-                    let reached = number(rest.next(), "watermark")?;
-                    if reached >= through {
-                        return Err(StoreError::CorruptEntry(format!(
-                            "advance_watermark script stopped at {reached}, not below {through}"
-                        )));
-                    }
-                }
-                "lost" => return Err(lost(shard)),
-                "invalid" => {
-                    return Err(StoreError::InvalidInput(format!(
-                        "no dispatch was observed at offset {through} of shard {}",
-                        shard.0
-                    )))
-                }
-                "conflict" => {
-                    return Err(StoreError::Conflict(format!(
-                        "lane {} of shard {} is incomplete at offset {}",
-                        lane.get(),
-                        shard.0,
-                        text(rest.next())
-                    )))
-                }
-                "corrupt" => return Err(corrupt(shard, rest.next())),
-                other => return Err(StoreError::CorruptEntry(format!("advance_watermark script answered {other:?}"))),
-            }
-        }
     }
 
     pub(super) async fn gc(&self, shard: ShardId, seen_before_millis: i64, limit: usize) -> StoreResult<usize> {

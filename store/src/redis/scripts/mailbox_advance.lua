@@ -1,59 +1,128 @@
--- Advances one lane's watermark towards an observed offset over at most ARGV[3] sources: when
--- every source above the current watermark and at or below `through` has its lane work complete.
--- Never moves back. When more sources lie below `through` than one call inspects, the watermark
--- moves to the last source inspected (all of them complete) and the caller calls again.
+-- Advances lanes of one shard towards observed offsets (advance_watermark, advance_watermarks):
+-- a lane's watermark moves to its `through` when every source above the watermark and at or
+-- below `through` has its lane work complete. Never moves back. The shard's sources are read
+-- once for all the lanes of the call: each source's dispatch is looked up once and the work
+-- counts of every lane still moving are read with one HMGET.
+--
+-- One call inspects at most ARGV[1] sources (bounding its run time): a lane whose `through` lies
+-- beyond them, all complete, moves to the last source inspected and answers 'more'; the caller
+-- calls again for it. The lowest watermark among the lanes rises with every such call, so the
+-- calls end.
 --
 -- KEYS[1] watermarks HASH (lane -> offset), KEYS[2] sources ZSET, KEYS[3] src HASH,
 -- KEYS[4] work HASH (<id> -> max observed offset, <id>:<lane> -> chunks of the lane not complete)
 -- KEYS[5] incarnation marker of the shard
--- ARGV[1] lane, ARGV[2] through (decimal offset), ARGV[3] most sources inspected, ARGV[4] fence
--- (mailbox_fence_prelude.lua)
--- Reply: {'ok', through}, {'more', watermark}, {'lost'}, {'invalid'}, {'conflict', offset} or
--- {'corrupt', reason}
-if not fence_holds(KEYS[5], ARGV[4]) then
+-- ARGV[1] most sources inspected, ARGV[2] fence (mailbox_fence_prelude.lua),
+-- ARGV[3..] pairs: lane, through (decimal offset); a lane named once
+-- Reply: {'lost'}, {'corrupt', reason} (a source or dispatch every lane relies on is malformed),
+-- or {'ok', r1, r2, ...}: one answer per pair, in order, each {'ok', watermark},
+-- {'more', watermark}, {'invalid'} (no dispatch was observed at `through`), {'conflict', offset}
+-- or {'corrupt', reason}.
+if not fence_holds(KEYS[5], ARGV[2]) then
   return {'lost'}
 end
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-local through = tonumber(ARGV[2])
-if cur then
-  local c = tonumber(cur)
-  if not c then
-    return {'corrupt', 'lane ' .. ARGV[1] .. ' watermark ' .. cur .. ' is not a number'}
-  end
-  if through <= c then
-    return {'ok', cur}
-  end
+local limit = tonumber(ARGV[1])
+local names, throughs = {}, {}
+for i = 3, #ARGV, 2 do
+  names[#names + 1] = ARGV[i]
+  throughs[#throughs + 1] = ARGV[i + 1]
 end
-if not redis.call('HGET', KEYS[3], ARGV[2]) then
-  return {'invalid'}
+if #names == 0 then
+  return {'ok'}
 end
-local min = '-inf'
-if cur then
-  min = '(' .. cur
-end
-local offs = redis.call('ZRANGEBYSCORE', KEYS[2], min, ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
-for _, off in ipairs(offs) do
-  local id = redis.call('HGET', KEYS[3], off)
-  if not id then
-    return {'corrupt', 'source offset ' .. off .. ' names no dispatch'}
-  end
-  if not redis.call('HGET', KEYS[4], id) then
-    return {'corrupt', 'source offset ' .. off .. ' names dispatch ' .. id .. ' which is gone'}
-  end
-  local left = redis.call('HGET', KEYS[4], id .. ':' .. ARGV[1])
-  if left then
-    local n = tonumber(left)
-    if not n then
-      return {'corrupt', 'dispatch ' .. id .. ' lane ' .. ARGV[1] .. ' work count ' .. left .. ' is not a number'}
+local currents = redis.call('HMGET', KEYS[1], unpack(names))
+local observed = redis.call('HMGET', KEYS[3], unpack(throughs))
+
+local answers = {}
+local moving = {}
+local low, high = nil, nil
+for k, lane in ipairs(names) do
+  local through = tonumber(throughs[k])
+  local cur = currents[k]
+  local c = cur and tonumber(cur)
+  if cur and not c then
+    answers[k] = {'corrupt', 'lane ' .. lane .. ' watermark ' .. cur .. ' is not a number'}
+  elseif c and through <= c then
+    answers[k] = {'ok', cur}
+  elseif not observed[k] then
+    answers[k] = {'invalid'}
+  else
+    moving[#moving + 1] = {k = k, lane = lane, cur = c or -1, through = through}
+    if low == nil or (c or -1) < low then
+      low = c or -1
     end
-    if n > 0 then
-      return {'conflict', off}
+    if high == nil or through > high then
+      high = through
     end
   end
 end
-if #offs >= tonumber(ARGV[3]) and offs[#offs] ~= ARGV[2] then
-  redis.call('HSET', KEYS[1], ARGV[1], offs[#offs])
-  return {'more', offs[#offs]}
+
+if #moving > 0 then
+  local min = '-inf'
+  if low >= 0 then
+    min = '(' .. string.format('%d', low)
+  end
+  local offs = redis.call('ZRANGEBYSCORE', KEYS[2], min, string.format('%d', high), 'LIMIT', 0, limit)
+  local last = nil
+  for _, off in ipairs(offs) do
+    local o = tonumber(off)
+    -- The lanes this source lies on the way of (a source on none is not read).
+    local on_way = {}
+    for _, m in ipairs(moving) do
+      if not m.stopped and m.cur < o and o <= m.through then
+        on_way[#on_way + 1] = m
+      end
+    end
+    if #on_way > 0 then
+      local id = redis.call('HGET', KEYS[3], off)
+      if not id then
+        return {'corrupt', 'source offset ' .. off .. ' names no dispatch'}
+      end
+      if not redis.call('HGET', KEYS[4], id) then
+        return {'corrupt', 'source offset ' .. off .. ' names dispatch ' .. id .. ' which is gone'}
+      end
+      local fields = {}
+      for j, m in ipairs(on_way) do
+        fields[j] = id .. ':' .. m.lane
+      end
+      local lefts = redis.call('HMGET', KEYS[4], unpack(fields))
+      for j, m in ipairs(on_way) do
+        local left = lefts[j]
+        if left then
+          local n = tonumber(left)
+          if not n then
+            answers[m.k] = {'corrupt', 'dispatch ' .. id .. ' lane ' .. m.lane .. ' work count ' .. left .. ' is not a number'}
+            m.stopped = true
+          elseif n > 0 then
+            answers[m.k] = {'conflict', off}
+            m.stopped = true
+          end
+        end
+      end
+    end
+    last = o
+  end
+  local truncated = #offs >= limit
+  for _, m in ipairs(moving) do
+    if not m.stopped then
+      if truncated and m.through > last then
+        -- Every source inspected above its watermark is complete; the rest wait for the next call.
+        local reached = m.cur
+        if last > m.cur then
+          reached = last
+          redis.call('HSET', KEYS[1], m.lane, string.format('%d', last))
+        end
+        answers[m.k] = {'more', string.format('%d', reached)}
+      else
+        redis.call('HSET', KEYS[1], m.lane, string.format('%d', m.through))
+        answers[m.k] = {'ok', string.format('%d', m.through)}
+      end
+    end
+  end
 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return {'ok', ARGV[2]}
+
+local reply = {'ok'}
+for k = 1, #names do
+  reply[#reply + 1] = answers[k]
+end
+return reply
