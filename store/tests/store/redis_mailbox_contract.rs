@@ -301,6 +301,28 @@ mod redis_specific {
         assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
     }
 
+    /// A chunk named twice in one `mark_chunks_completed` is marked once: its lane's work count
+    /// goes down by one, not two (the script dedupes within the call).
+    #[tokio::test]
+    async fn a_chunk_named_twice_in_one_mark_counts_down_once() {
+        let (store, config, _, _cleanup) = open().await;
+        let (t, shard) = (fresh_tenant(), ShardId(15));
+        let m = one_recipient_dispatch(t, shard, user(1));
+        store.begin_dispatch(ShardEpoch(1), &m, 1).await.unwrap();
+        let chunk = ChunkId { lane: lane_of(&t, &user(1)), index: 0 };
+        store.mark_chunks_completed(&[(m.id, chunk), (m.id, chunk)]).await.unwrap();
+        store.mark_chunks_completed(&[(m.id, chunk)]).await.unwrap();
+        let mut conn = raw(&config).await;
+        let left: String = redis::cmd("HGET")
+            .arg(format!("{}:{{d:15}}:work", config.namespace))
+            .arg(format!("{}:{}", m.id.message_id.to_hex(), chunk.lane.get()))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(left, "0");
+        assert!(store.chunk_completed(m.id, chunk).await.unwrap());
+    }
+
     /// One `advance_watermark` crosses more sources than one script inspects (256): it stops at
     /// the first incomplete one anywhere, and passes all of them once complete. All 64 lanes
     /// advanced together (one script per round trip) answer each on its own: the incomplete lane

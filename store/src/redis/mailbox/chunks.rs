@@ -21,6 +21,10 @@ use crate::mailbox_store::ChunkWrite;
 use crate::rules::canonical_groups;
 use crate::rules::distinct_chunk_writes;
 
+/// Most chunks one `mailbox_mark_chunks.lua` call marks (it passes a dispatch's chunks to one
+/// command as arguments, which Lua bounds).
+const MARKS_PER_SCRIPT: usize = 1024;
+
 impl RedisMailboxStore {
     /// `append_chunks`: checks every write against its stored dispatch, then writes all entries.
     pub(super) async fn write_chunks(&self, writes: &[ChunkWrite<'_>]) -> StoreResult<usize> {
@@ -85,16 +89,19 @@ impl RedisMailboxStore {
         Ok(entries.len())
     }
 
-    /// `mark_chunks_completed`: one script per run of consecutive chunks of one shard, in input
-    /// order; each checks all its chunks before marking any, so a refusal leaves only the runs
-    /// before it marked (the trait's contract). The dispatcher's batches are one run.
+    /// `mark_chunks_completed`: one script per run of consecutive chunks of one shard (of at most
+    /// [`MARKS_PER_SCRIPT`]), in input order; each checks all its chunks before marking any, so
+    /// a refusal leaves only the runs before it marked (the trait's contract). The dispatcher's
+    /// batches are one run.
     pub(super) async fn mark_chunks(
         &self,
         chunks: &[(DispatchId, ChunkId)],
         fence: Option<&ShardFence>,
     ) -> StoreResult<()> {
         for run in chunks.chunk_by(|a, b| a.0.shard == b.0.shard) {
-            self.mark_in_shard(run[0].0.shard, run, fence).await?;
+            for part in run.chunks(MARKS_PER_SCRIPT) {
+                self.mark_in_shard(part[0].0.shard, part, fence).await?;
+            }
         }
         Ok(())
     }

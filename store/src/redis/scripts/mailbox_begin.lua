@@ -37,12 +37,17 @@ if stored then
     redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
   end
 else
-  redis.call('HSET', KEYS[1], 'manifest', ARGV[2], 'canonical', ARGV[3], 'seq', ARGV[4], 'max', ARGV[3])
-  redis.call('HSET', KEYS[6], ARGV[1], ARGV[3])
+  -- Two HSETs of every field at once (a dispatch has work in up to 64 lanes).
+  local row = {'manifest', ARGV[2], 'canonical', ARGV[3], 'seq', ARGV[4], 'max', ARGV[3]}
+  local work = {ARGV[1], ARGV[3]}
   for i = 7, #ARGV, 2 do
-    redis.call('HSET', KEYS[1], 'n:' .. ARGV[i], ARGV[i + 1])
-    redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 1])
+    row[#row + 1] = 'n:' .. ARGV[i]
+    row[#row + 1] = ARGV[i + 1]
+    work[#work + 1] = ARGV[1] .. ':' .. ARGV[i]
+    work[#work + 1] = ARGV[i + 1]
   end
+  redis.call('HSET', KEYS[1], unpack(row))
+  redis.call('HSET', KEYS[6], unpack(work))
 end
 redis.call('SADD', KEYS[2], ARGV[3])
 redis.call('ZADD', KEYS[3], ARGV[3], ARGV[3])

@@ -1,5 +1,6 @@
 -- Marks chunks of dispatches of one shard complete (idempotent) and counts down, in the shard's
 -- work hash, each lane's chunks not yet complete. Every chunk is checked before any is marked.
+-- The reads and writes of one dispatch's chunks are one call each, not one per chunk.
 --
 -- KEYS[1] work HASH of the shard; KEYS[2] incarnation marker of the shard; KEYS[2k+1],
 -- KEYS[2k+2] dispatch HASH and completed-chunks SET of the k-th dispatch named (k = 1, 2, ...)
@@ -15,9 +16,36 @@ for k = 3, #KEYS, 2 do
     return {'not_found', (k - 1) / 2}
   end
 end
+-- Per dispatch k: its quadruples' positions, and the lanes' chunk-count fields.
+local of = {}
+local work_fields = {}
 for i = 2, #ARGV, 4 do
-  local row = KEYS[2 * tonumber(ARGV[i]) + 1]
-  local n = redis.call('HGET', row, 'n:' .. ARGV[i + 1]) or '0'
+  local k = tonumber(ARGV[i])
+  local d = of[k]
+  if not d then
+    d = {at = {}, counts = {}}
+    of[k] = d
+  end
+  d.at[#d.at + 1] = i
+  d.counts[#d.counts + 1] = 'n:' .. ARGV[i + 1]
+  work_fields[#work_fields + 1] = ARGV[i + 3]
+end
+if #work_fields == 0 then
+  return {'ok'}
+end
+-- Check every chunk, in the order named: its lane's chunk count, its index, its work count.
+local count_at = {}
+for k, d in pairs(of) do
+  local counts = redis.call('HMGET', KEYS[2 * k + 1], unpack(d.counts))
+  for j, i in ipairs(d.at) do
+    count_at[i] = counts[j]
+  end
+end
+local lefts = redis.call('HMGET', KEYS[1], unpack(work_fields))
+local j = 0
+for i = 2, #ARGV, 4 do
+  j = j + 1
+  local n = count_at[i] or '0'
   local count = tonumber(n)
   if not count then
     return {'corrupt', 'lane ' .. ARGV[i + 1] .. ' chunk count ' .. n .. ' is not a number'}
@@ -25,15 +53,43 @@ for i = 2, #ARGV, 4 do
   if tonumber(ARGV[i + 2]) >= count then
     return {'invalid', (i + 2) / 4}
   end
-  local left = redis.call('HGET', KEYS[1], ARGV[i + 3])
+  local left = lefts[j]
   if left and not tonumber(left) then
     return {'corrupt', 'work count ' .. ARGV[i + 3] .. ' = ' .. left .. ' is not a number'}
   end
 end
-for i = 2, #ARGV, 4 do
-  local done = KEYS[2 * tonumber(ARGV[i]) + 2]
-  if redis.call('SADD', done, ARGV[i + 1] .. ':' .. ARGV[i + 2]) == 1 then
-    redis.call('HINCRBY', KEYS[1], ARGV[i + 3], -1)
+-- Mark: the chunks not yet complete (each once, however often it is named) go into the
+-- dispatch's set in one SADD, and each work field counts down by how many of its chunks did.
+local down = {}
+local fields = {}
+for k, d in pairs(of) do
+  local done = KEYS[2 * k + 2]
+  local members, seen = {}, {}
+  for _, i in ipairs(d.at) do
+    local member = ARGV[i + 1] .. ':' .. ARGV[i + 2]
+    if not seen[member] then
+      seen[member] = i
+      members[#members + 1] = member
+    end
   end
+  local known = redis.call('SMISMEMBER', done, unpack(members))
+  local new = {}
+  for j, member in ipairs(members) do
+    if known[j] == 0 then
+      new[#new + 1] = member
+      local field = ARGV[seen[member] + 3]
+      if not down[field] then
+        down[field] = 0
+        fields[#fields + 1] = field
+      end
+      down[field] = down[field] + 1
+    end
+  end
+  if #new > 0 then
+    redis.call('SADD', done, unpack(new))
+  end
+end
+for _, field in ipairs(fields) do
+  redis.call('HINCRBY', KEYS[1], field, -down[field])
 end
 return {'ok'}
