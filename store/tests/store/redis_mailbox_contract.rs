@@ -301,6 +301,38 @@ mod redis_specific {
         assert_eq!(err.kind(), ErrorKind::CorruptEntry, "{err}");
     }
 
+    /// A dispatch an earlier release began (its row has the manifest but no digest) still takes
+    /// chunk writes of its manifest and refuses another one, and its next observation stores the
+    /// digest.
+    #[tokio::test]
+    async fn a_dispatch_begun_without_a_digest_is_checked_whole() {
+        let (store, config, _, _cleanup) = open().await;
+        let (t, shard) = (fresh_tenant(), ShardId(16));
+        let m = one_recipient_dispatch(t, shard, user(1));
+        let receipt = store.begin_dispatch(ShardEpoch(1), &m, 1).await.unwrap();
+        let row = format!("{}:{{d:16}}:disp:{}", config.namespace, m.id.message_id.to_hex());
+        let mut conn = raw(&config).await;
+        let digest = |mut conn: redis::aio::MultiplexedConnection| {
+            let row = row.clone();
+            async move { redis::cmd("HGET").arg(row).arg("digest").query_async::<Option<String>>(&mut conn).await }
+        };
+        let stored = digest(conn.clone()).await.unwrap();
+        assert_eq!(stored.as_ref().map(String::len), Some(32), "a dispatch begun now has a digest: {stored:?}");
+        let _: () = redis::cmd("HDEL").arg(&row).arg("digest").query_async(&mut conn).await.unwrap();
+
+        let chunk = ChunkId { lane: lane_of(&t, &user(1)), index: 0 };
+        let forged = DispatchManifest::new(m.id, m.message.clone(), vec![user(2)]);
+        let err = store.append_chunk(&receipt, &forged, chunk).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::DispatchConflict, "{err}");
+        assert_eq!(store.append_chunk(&receipt, &m, chunk).await.unwrap(), 1);
+
+        let again = store.begin_dispatch(ShardEpoch(1), &m, 2).await.unwrap();
+        assert!(again.duplicate);
+        assert_eq!(digest(conn.clone()).await.unwrap(), stored, "the next observation stores the digest");
+        let err = store.append_chunk(&receipt, &forged, chunk).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::DispatchConflict, "{err}");
+    }
+
     /// A chunk named twice in one `mark_chunks_completed` is marked once: its lane's work count
     /// goes down by one, not two (the script dedupes within the call).
     #[tokio::test]

@@ -1,8 +1,8 @@
 //! Chunk writes and completion marks, one chunk or many per call.
 //!
-//! Many chunks cost what one does: the dispatch rows of every chunk are read in one pipeline,
-//! every user's groups (of all the chunks) go through one check-and-set script per user, and the
-//! marks of one shard are one script.
+//! Many chunks cost what one does: the dispatch rows of every chunk are read in one pipeline (the
+//! manifest's digest and the seq, not the manifest), every user's groups (of all the chunks) go
+//! through one check-and-set script per user, and the marks of one shard are one script.
 
 use std::collections::HashMap;
 
@@ -10,7 +10,7 @@ use redis::Value;
 
 use crate::redis::connection::query_by_slot;
 
-use super::dispatch::{corrupt, fence_arg, lost, not_begun};
+use super::dispatch::{corrupt, fence_arg, lost, manifest_digest, not_begun};
 use super::keys::ShardKeys;
 use super::reply::{number, status};
 use super::{redis_err, user, RedisMailboxStore, MARK_CHUNKS};
@@ -44,20 +44,32 @@ impl RedisMailboxStore {
             .iter()
             .map(|id| {
                 let (row, _, _) = self.shard_keys(id.shard).dispatch(&id.message_id);
-                redis::cmd("HMGET").arg(row).arg("manifest").arg("seq").clone()
+                redis::cmd("HMGET").arg(row).arg("digest").arg("seq").clone()
             })
             .collect();
-        let stored: Vec<(Option<Vec<u8>>, Option<String>)> =
+        let stored: Vec<(Option<String>, Option<String>)> =
             query_by_slot(&self.conn, &reads).await.map_err(|e| redis_err("reading dispatches", e))?;
         if stored.len() != rows.len() {
             return Err(StoreError::CorruptEntry(format!("{} dispatch rows read for {}", stored.len(), rows.len())));
         }
+        let legacy = self.legacy_manifests(&rows, &stored).await?;
+        // Each manifest's digest once (by its address: the writes borrow it), however many carry it.
+        let mut digests: HashMap<usize, String> = HashMap::new();
         let mut entries: Vec<MailboxEntry> = Vec::new();
         for w in writes {
-            let (manifest, seq) = &stored[row_of[&w.receipt.id]];
+            let (digest, seq) = &stored[row_of[&w.receipt.id]];
             let id = &w.receipt.id;
-            let Some(manifest) = manifest else { return Err(not_begun(id)) };
-            if *manifest != encode_manifest(w.manifest) {
+            let same = match (digest, legacy.get(&w.receipt.id)) {
+                (Some(digest), _) => {
+                    let ours = digests
+                        .entry(std::ptr::from_ref(w.manifest).addr())
+                        .or_insert_with(|| manifest_digest(&encode_manifest(w.manifest)));
+                    digest == ours
+                }
+                (None, Some(Some(manifest))) => *manifest == encode_manifest(w.manifest),
+                (None, _) => return Err(not_begun(id)),
+            };
+            if !same {
                 return Err(StoreError::DispatchConflict(format!(
                     "chunk of dispatch {} carries a different manifest",
                     id.message_id
@@ -87,6 +99,37 @@ impl RedisMailboxStore {
         let groups = canonical_groups(&entries)?;
         user::write_groups(&mut self.conn.clone(), &self.ns, groups, self.clock.now()).await?;
         Ok(entries.len())
+    }
+
+    /// The manifests of the rows begun by an earlier release (a seq but no digest), to compare
+    /// whole: one more round trip, only while such dispatches are still being written.
+    async fn legacy_manifests(
+        &self,
+        rows: &[DispatchId],
+        stored: &[(Option<String>, Option<String>)],
+    ) -> StoreResult<HashMap<DispatchId, Option<Vec<u8>>>> {
+        let legacy: Vec<DispatchId> = rows
+            .iter()
+            .zip(stored)
+            .filter(|(_, (digest, seq))| digest.is_none() && seq.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        if legacy.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let reads: Vec<redis::Cmd> = legacy
+            .iter()
+            .map(|id| {
+                let (row, _, _) = self.shard_keys(id.shard).dispatch(&id.message_id);
+                redis::cmd("HGET").arg(row).arg("manifest").clone()
+            })
+            .collect();
+        let manifests: Vec<Option<Vec<u8>>> =
+            query_by_slot(&self.conn, &reads).await.map_err(|e| redis_err("reading dispatch manifests", e))?;
+        if manifests.len() != legacy.len() {
+            return Err(StoreError::CorruptEntry(format!("{} manifests read for {}", manifests.len(), legacy.len())));
+        }
+        Ok(legacy.into_iter().zip(manifests).collect())
     }
 
     /// `mark_chunks_completed`: one script per run of consecutive chunks of one shard (of at most

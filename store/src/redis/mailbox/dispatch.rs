@@ -12,6 +12,12 @@ use crate::mailbox::{
     ShardFence, ShardId,
 };
 
+/// What a dispatch row's `digest` holds of its manifest's canonical bytes: XXH3-128, hex. A
+/// chunk write compares it (16 bytes) instead of reading the whole manifest back.
+pub(super) fn manifest_digest(manifest_bytes: &[u8]) -> String {
+    hex::encode(xxhash_rust::xxh3::xxh3_128(manifest_bytes).to_be_bytes())
+}
+
 pub(super) fn not_begun(id: &DispatchId) -> StoreError {
     StoreError::NotFound(format!("dispatch {}/{} was never begun", id.message_id, id.shard.0))
 }
@@ -37,7 +43,8 @@ impl RedisMailboxStore {
             .arg(observed_offset.to_string())
             .arg(seq.as_u64().to_string())
             .arg(now)
-            .arg(fence_arg(fence));
+            .arg(fence_arg(fence))
+            .arg(manifest_digest(&bytes));
         for (lane, count) in manifest.chunk_counts().iter().enumerate() {
             if *count > 0 {
                 inv.arg(lane).arg(*count);

@@ -1,6 +1,6 @@
 -- Records one observation of a dispatch in its shard log (begin_dispatch).
 --
--- KEYS[1] dispatch HASH (manifest, canonical, seq, max, n:<lane> chunk counts)
+-- KEYS[1] dispatch HASH (manifest, digest, canonical, seq, max, n:<lane> chunk counts)
 -- KEYS[2] observations SET of this dispatch (offsets)
 -- KEYS[3] sources ZSET of the shard (member = score = offset)
 -- KEYS[4] src HASH of the shard (offset -> dispatch id hex)
@@ -9,7 +9,8 @@
 -- KEYS[7] incarnation marker of the shard
 -- ARGV[1] dispatch id hex, ARGV[2] manifest blob, ARGV[3] observed offset (decimal),
 -- ARGV[4] seq if this is the first observation (decimal u64), ARGV[5] now ms,
--- ARGV[6] fence (mailbox_fence_prelude.lua), ARGV[7..] pairs lane, chunk count (lanes with work)
+-- ARGV[6] fence (mailbox_fence_prelude.lua), ARGV[7] the manifest's digest (what chunk writes
+-- compare), ARGV[8..] pairs lane, chunk count (lanes with work)
 -- Reply: {'ok', canonical offset, seq}, {'lost'}, {'dispatch_conflict', reason} or
 -- {'corrupt', reason}
 if not fence_holds(KEYS[7], ARGV[6]) then
@@ -24,6 +25,8 @@ if stored then
   if stored ~= ARGV[2] then
     return {'dispatch_conflict', 'dispatch ' .. ARGV[1] .. ' arrived with a different manifest'}
   end
+  -- A dispatch an earlier release began has no digest yet.
+  redis.call('HSETNX', KEYS[1], 'digest', ARGV[7])
   local max = redis.call('HGET', KEYS[1], 'max')
   local m = nil
   if max then
@@ -38,9 +41,9 @@ if stored then
   end
 else
   -- Two HSETs of every field at once (a dispatch has work in up to 64 lanes).
-  local row = {'manifest', ARGV[2], 'canonical', ARGV[3], 'seq', ARGV[4], 'max', ARGV[3]}
+  local row = {'manifest', ARGV[2], 'digest', ARGV[7], 'canonical', ARGV[3], 'seq', ARGV[4], 'max', ARGV[3]}
   local work = {ARGV[1], ARGV[3]}
-  for i = 7, #ARGV, 2 do
+  for i = 8, #ARGV, 2 do
     row[#row + 1] = 'n:' .. ARGV[i]
     row[#row + 1] = ARGV[i + 1]
     work[#work + 1] = ARGV[1] .. ':' .. ARGV[i]
