@@ -13,9 +13,9 @@
 -- ARGV[4] now (ms, from the store's clock): groups expired at now are dropped (the ledger the
 --         caller computed at the same now has already merged their buckets into the gap)
 -- ARGV[5] lifetime (ms) the group keys must keep at least: until the latest live bucket expires,
---         plus a day of slack for clock skew; '' when no bucket is live. Only ever extended, so
---         an idle user's groups vanish from Redis after everything in them expired (the meta, with
---         its trim, gap and ledger, stays).
+--         plus a day of slack for clock skew; '' when no bucket is live. Only ever extended (an
+--         hour beyond it, see below), so an idle user's groups vanish from Redis after everything
+--         in them expired (the meta, with its trim, gap and ledger, stays).
 -- ARGV[6..] triples: seq8, expiry ms, blob
 local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
 if gen ~= ARGV[1] then
@@ -39,12 +39,15 @@ for i = 6, #ARGV, 3 do
   redis.call('ZADD', KEYS[3], 0, ARGV[i])
   redis.call('ZADD', KEYS[4], ARGV[i + 1], ARGV[i])
 end
+-- A key short of `keep` is extended an hour beyond it, so the commits of the next hour find it
+-- long enough and only read its TTL (extending to exactly `keep` rewrote it at every commit:
+-- `keep` shrinks as `now` moves on, and the TTL with it).
 local keep = tonumber(ARGV[5])
 if keep then
   for k = 2, 4 do
     local left = redis.call('PTTL', KEYS[k])
     if left == -1 or (left >= 0 and left < keep) then
-      redis.call('PEXPIRE', KEYS[k], keep)
+      redis.call('PEXPIRE', KEYS[k], keep + 3600000)
     end
   end
 end
