@@ -7,7 +7,7 @@
 //! cargo run --release -p qim-tests --bin qim-bench -- scylla [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C] [--cluster]
 //! cargo run --release -p qim-tests --bin qim-bench -- archiver [--count N] [--concurrency C]
-//! cargo run --release -p qim-tests --bin qim-bench -- dispatcher [--backend redis|scylla|both] [--members M]
+//! cargo run --release -p qim-tests --bin qim-bench -- dispatcher [--backend redis|scylla|both] [--members M] [--cluster]
 //! cargo run --release -p qim-tests --bin qim-bench -- restart --count 1000000 [--conversations N] [--tail N]
 //! cargo build --release -p qim-writer -p qim-archiver -p qim-mailbox-dispatcher \
 //!   && cargo run --release -p qim-tests --bin qim-bench -- pipeline [--count N] [--json FILE]
