@@ -1,6 +1,7 @@
 -- Marks chunks of dispatches of one shard complete (idempotent) and counts down, in the shard's
 -- work hash, each lane's chunks not yet complete. Every chunk is checked before any is marked.
--- The reads and writes of one dispatch's chunks are one call each, not one per chunk.
+-- The reads and writes of one dispatch's chunks are one call each, not one per chunk: its row
+-- (begun? the lanes' chunk counts) with one HMGET, its completed chunks with one SADD.
 --
 -- KEYS[1] work HASH of the shard; KEYS[2] incarnation marker of the shard; KEYS[2k+1],
 -- KEYS[2k+2] dispatch HASH and completed-chunks SET of the k-th dispatch named (k = 1, 2, ...)
@@ -10,11 +11,6 @@
 -- {'corrupt', reason}
 if not fence_holds(KEYS[2], ARGV[1]) then
   return {'lost'}
-end
-for k = 3, #KEYS, 2 do
-  if redis.call('HEXISTS', KEYS[k], 'manifest') == 0 then
-    return {'not_found', (k - 1) / 2}
-  end
 end
 -- Per dispatch k: its quadruples' positions, and the lanes' chunk-count fields.
 local of = {}
@@ -30,17 +26,30 @@ for i = 2, #ARGV, 4 do
   d.counts[#d.counts + 1] = 'n:' .. ARGV[i + 1]
   work_fields[#work_fields + 1] = ARGV[i + 3]
 end
+-- Each dispatch's row once: whether it was begun (its seq) and its lanes' chunk counts.
+local count_at = {}
+for k = 1, (#KEYS - 2) / 2 do
+  local d = of[k]
+  local fields = {'seq'}
+  if d then
+    for _, f in ipairs(d.counts) do
+      fields[#fields + 1] = f
+    end
+  end
+  local row = redis.call('HMGET', KEYS[2 * k + 1], unpack(fields))
+  if not row[1] then
+    return {'not_found', k}
+  end
+  if d then
+    for j, i in ipairs(d.at) do
+      count_at[i] = row[j + 1]
+    end
+  end
+end
 if #work_fields == 0 then
   return {'ok'}
 end
 -- Check every chunk, in the order named: its lane's chunk count, its index, its work count.
-local count_at = {}
-for k, d in pairs(of) do
-  local counts = redis.call('HMGET', KEYS[2 * k + 1], unpack(d.counts))
-  for j, i in ipairs(d.at) do
-    count_at[i] = counts[j]
-  end
-end
 local lefts = redis.call('HMGET', KEYS[1], unpack(work_fields))
 local j = 0
 for i = 2, #ARGV, 4 do
@@ -72,7 +81,13 @@ for k, d in pairs(of) do
       members[#members + 1] = member
     end
   end
-  local known = redis.call('SMISMEMBER', done, unpack(members))
+  -- One chunk (the common case: a lane's chunk of each of many dispatches) needs no SMISMEMBER.
+  local known
+  if #members == 1 then
+    known = {1 - redis.call('SADD', done, members[1])}
+  else
+    known = redis.call('SMISMEMBER', done, unpack(members))
+  end
   local new = {}
   for j, member in ipairs(members) do
     if known[j] == 0 then
@@ -85,7 +100,7 @@ for k, d in pairs(of) do
       down[field] = down[field] + 1
     end
   end
-  if #new > 0 then
+  if #new > 0 and #members > 1 then
     redis.call('SADD', done, unpack(new))
   end
 end
