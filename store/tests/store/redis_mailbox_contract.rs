@@ -230,6 +230,34 @@ mod redis_specific {
         assert_eq!(page.await.unwrap_err().kind(), ErrorKind::CursorExpired);
     }
 
+    /// One batch may bring a user more groups than one Lua call unpacks (the commit writes them
+    /// 1000 per command), and as many may expire at once: all land, all are read back, and all
+    /// leave Redis once the gap covers them.
+    #[tokio::test]
+    async fn thousands_of_one_users_groups_land_and_leave_together() {
+        const N: u64 = 2_500;
+        let (store, config, clock, _cleanup) = open().await;
+        let t = fresh_tenant();
+        let seq = |p: u64| MailboxSeq::new(ShardEpoch(1), p).unwrap();
+        let batch: Vec<MailboxEntry> = (1..=N).map(|p| entry(t, user(1), seq(p), expiry(1))).collect();
+        store.append_batch(&batch).await.unwrap();
+        let page = store.range_scan(t, user(1), MailboxSeq::origin(ShardEpoch(1)), seq(N), N as usize).await.unwrap();
+        assert_eq!(positions(&page), (1..=N).collect::<Vec<_>>());
+
+        let groups_key = format!("{}:{{u:{}{}}}:groups", config.namespace, t.to_hex(), user(1).to_hex());
+        let mut conn = raw(&config).await;
+        let held: u64 = redis::cmd("HLEN").arg(&groups_key).query_async(&mut conn).await.unwrap();
+        assert_eq!(held, N);
+        clock.set(expiry(1));
+        store.append_batch(&[entry(t, user(1), seq(N + 1), expiry(3))]).await.unwrap();
+        let held: u64 = redis::cmd("HLEN").arg(&groups_key).query_async(&mut conn).await.unwrap();
+        assert_eq!(held, 1, "every expired group left with one commit");
+        let err = store.range_scan(t, user(1), seq(1), seq(N + 1), 10).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CursorExpired);
+        let page = store.range_scan(t, user(1), seq(N), seq(N + 1), 10).await.unwrap();
+        assert_eq!(positions(&page), vec![N + 1]);
+    }
+
     /// Concurrent writers of one user's mailbox all land (the meta check-and-set retries).
     #[tokio::test]
     async fn concurrent_writers_of_one_user_all_land() {

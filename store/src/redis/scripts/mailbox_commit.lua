@@ -27,17 +27,29 @@ if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], 'gap', ARGV[2])
 end
 local dead = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[4])
-for _, s in ipairs(dead) do
-  redis.call('HDEL', KEYS[2], s)
-  redis.call('ZREM', KEYS[3], s)
+for from = 1, #dead, 1000 do
+  local some = {unpack(dead, from, math.min(from + 999, #dead))}
+  redis.call('HDEL', KEYS[2], unpack(some))
+  redis.call('ZREM', KEYS[3], unpack(some))
 end
 if #dead > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[4])
 end
-for i = 6, #ARGV, 3 do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
-  redis.call('ZADD', KEYS[3], 0, ARGV[i])
-  redis.call('ZADD', KEYS[4], ARGV[i + 1], ARGV[i])
+-- The groups with one command per key (a batch brings a user several), at most 1000 groups
+-- per command (Lua bounds how many arguments one call may unpack).
+for from = 6, #ARGV, 3000 do
+  local blobs, seqs, expiries = {}, {}, {}
+  for i = from, math.min(from + 2999, #ARGV), 3 do
+    blobs[#blobs + 1] = ARGV[i]
+    blobs[#blobs + 1] = ARGV[i + 2]
+    seqs[#seqs + 1] = 0
+    seqs[#seqs + 1] = ARGV[i]
+    expiries[#expiries + 1] = ARGV[i + 1]
+    expiries[#expiries + 1] = ARGV[i]
+  end
+  redis.call('HSET', KEYS[2], unpack(blobs))
+  redis.call('ZADD', KEYS[3], unpack(seqs))
+  redis.call('ZADD', KEYS[4], unpack(expiries))
 end
 -- A key short of `keep` is extended an hour beyond it, so the commits of the next hour find it
 -- long enough and only read its TTL (extending to exactly `keep` rewrote it at every commit:
