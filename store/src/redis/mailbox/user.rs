@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::redis::connection::query_by_slot;
+use crate::redis::connection::{pipeline_by_slot, query_by_slot};
+use crate::redis::script_sources::{eval_of, is_noscript};
 use crate::redis::RedisConnection;
 use redis::Value;
 
@@ -22,7 +23,8 @@ use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
 
 /// Most groups one scan script returns.
 const SCAN_BATCH: usize = 256;
-/// Most per-user commit scripts in flight for one batch.
+/// Most per-user commits in flight for one batch once the pipelined first attempt left some to
+/// redo.
 const MAX_IN_FLIGHT: usize = 32;
 /// Group keys outlive the latest live bucket by this much, so a Redis clock ahead of the
 /// injected one can not drop a group its ledger still counts as live.
@@ -135,22 +137,20 @@ fn plan(meta: &Meta, groups: &[EventGroup], now: UnixMillis) -> StoreResult<Plan
     Ok(Plan { writes, ..Plan::new(meta.gap, gap, &ledger) })
 }
 
-/// Applies `plan` if the meta is still at `gen`; `false` when it moved (re-read and retry).
-async fn commit(
-    conn: &mut RedisConnection,
-    keys: &UserKeys,
-    gen: &str,
-    plan: &Plan,
-    now: UnixMillis,
-) -> StoreResult<bool> {
-    let mut inv = COMMIT.prepare_invoke();
-    inv.key(&keys.meta).key(&keys.groups).key(&keys.seqs).key(&keys.exp);
-    inv.arg(gen).arg(plan.gap.map_or(String::new(), |g| g.as_u64().to_string())).arg(&plan.ledger).arg(now.0);
-    inv.arg(plan.keep_millis(now).map_or(String::new(), |ms| ms.to_string()));
+/// The `EVALSHA` applying `plan` if the meta is still at `gen` (`mailbox_commit.lua`).
+fn commit_command(keys: &UserKeys, gen: &str, plan: &Plan, now: UnixMillis) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(COMMIT.get_hash()).arg(4).arg(&keys.meta).arg(&keys.groups).arg(&keys.seqs).arg(&keys.exp);
+    cmd.arg(gen).arg(plan.gap.map_or(String::new(), |g| g.as_u64().to_string())).arg(&plan.ledger).arg(now.0);
+    cmd.arg(plan.keep_millis(now).map_or(String::new(), |ms| ms.to_string()));
     for (seq, expiry, blob) in &plan.writes {
-        inv.arg(&seq8(*seq)[..]).arg(expiry.0).arg(blob);
+        cmd.arg(&seq8(*seq)[..]).arg(expiry.0).arg(blob);
     }
-    let reply: Value = inv.invoke_async(conn).await.map_err(|e| redis_err("committing a mailbox batch", e))?;
+    cmd
+}
+
+/// A commit script's answer: `true` when applied, `false` when the meta moved (re-read and retry).
+fn committed(reply: Value) -> StoreResult<bool> {
     match status(reply)?.0.as_str() {
         "ok" => Ok(true),
         "retry" => Ok(false),
@@ -158,9 +158,29 @@ async fn commit(
     }
 }
 
+/// Applies `plan` if the meta is still at `gen`; `false` when it moved (re-read and retry). A
+/// script the server lost (a flush, a restart, a failover) is sent again as `EVAL` of its source.
+async fn commit(
+    conn: &mut RedisConnection,
+    keys: &UserKeys,
+    gen: &str,
+    plan: &Plan,
+    now: UnixMillis,
+) -> StoreResult<bool> {
+    let cmd = commit_command(keys, gen, plan, now);
+    let mut reply = cmd.query_async::<Value>(conn).await;
+    if is_noscript(&reply) {
+        if let Some(eval) = eval_of(&cmd) {
+            reply = eval.query_async::<Value>(conn).await;
+        }
+    }
+    committed(reply.map_err(|e| redis_err("committing a mailbox batch", e))?)
+}
+
 /// Writes canonical `groups` (any users): every user's meta is read and planned first, so a
-/// ledger overflow anywhere writes nothing; then one check-and-set script per user (several in
-/// flight). A user whose meta moved in between is re-read and re-planned (a concurrent writer
+/// ledger overflow anywhere writes nothing; then one check-and-set script per user, all in one
+/// pipeline (one per node on a cluster). A user whose meta moved in between is re-read and
+/// re-planned, on its own (a concurrent writer
 /// could then still make that user's ledger overflow after other users of the batch were
 /// written).
 pub(super) async fn write_groups(
@@ -190,18 +210,43 @@ pub(super) async fn write_groups(
         let p = plan(&meta, gs, now)?;
         planned.push((meta.gen, p));
     }
-    // One script per user, several in flight on the multiplexed connection. Dropping this future
-    // aborts the commits not yet sent; each one that ran is whole.
-    let mut tasks = tokio::task::JoinSet::new();
+    // Every user's commit in one pipeline (one per node on a cluster). A user whose meta moved
+    // since it was read, or whose script the server lost, is committed again on its own below
+    // (re-read and re-planned; the connection reloads a lost script).
+    let commands: Vec<redis::Cmd> =
+        users.iter().zip(&planned).map(|((keys, _), (gen, p))| commit_command(keys, gen, p, now)).collect();
+    let (replies, _) =
+        pipeline_by_slot(conn, &commands).await.map_err(|e| redis_err("committing mailbox batches", e))?;
     let mut first_err = None;
-    for ((keys, gs), (gen, p)) in users.into_iter().zip(planned) {
+    let mut again = Vec::new();
+    for (((keys, gs), (gen, p)), reply) in users.into_iter().zip(planned).zip(replies) {
+        match reply {
+            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
+                again.push((keys, gs, Some((gen, p))));
+            }
+            Value::ServerError(e) => {
+                first_err.get_or_insert(redis_err("committing a mailbox batch", e.into()));
+            }
+            reply => match committed(reply) {
+                Ok(true) => {}
+                Ok(false) => again.push((keys, gs, None)),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            },
+        }
+    }
+    // Several in flight on the multiplexed connection. Dropping this future aborts the commits
+    // not yet sent; each one that ran is whole.
+    let mut tasks = tokio::task::JoinSet::new();
+    for (keys, gs, first) in again {
         if tasks.len() >= MAX_IN_FLIGHT {
             if let Some(done) = tasks.join_next().await {
                 keep_first_error(&mut first_err, done);
             }
         }
         let mut conn = conn.clone();
-        tasks.spawn(async move { commit_user(&mut conn, &keys, &gs, gen, p, now).await });
+        tasks.spawn(async move { commit_user(&mut conn, &keys, &gs, first, now).await });
     }
     while let Some(done) = tasks.join_next().await {
         keep_first_error(&mut first_err, done);
@@ -222,17 +267,19 @@ fn keep_first_error(first: &mut Option<StoreError>, done: Result<StoreResult<()>
     first.get_or_insert(err);
 }
 
-/// Commits one user's planned groups, re-reading and re-planning while the meta moves.
+/// Commits one user's groups: the `first` plan if given (at its generation), then re-reading
+/// and re-planning while the meta moves.
 async fn commit_user(
     conn: &mut RedisConnection,
     keys: &UserKeys,
     groups: &[EventGroup],
-    gen: String,
-    first: Plan,
+    first: Option<(String, Plan)>,
     now: UnixMillis,
 ) -> StoreResult<()> {
-    if commit(conn, keys, &gen, &first, now).await? {
-        return Ok(());
+    if let Some((gen, plan)) = first {
+        if commit(conn, keys, &gen, &plan, now).await? {
+            return Ok(());
+        }
     }
     for _ in 1..MAX_ATTEMPTS {
         let meta = read_meta(conn, keys).await?;
