@@ -12,6 +12,7 @@
 //! | `<ns>:{c:<tenant><conversation>}:leasetoken` | string | the token of a revalidation in progress (Redis TTL) |
 //! | `<ns>:{c:<tenant><conversation>}:claims` | HASH | `<sender><client id>` → `<seq>:<claimed_at>`: the seq each recent request key was issued |
 //! | `<ns>:{c:<tenant><conversation>}:claimtimes` | ZSET | the same claims by claimed_at ms (pruned after the auxiliary TTL) |
+//! | `<ns>:{c:<tenant><conversation>}:clock` | string | the highest `created_at` issued: no later seq gets an earlier one |
 //! | `<ns>:{c:<tenant><conversation>}:idx` | ZSET | history index: member = seq (decimal), score = seq |
 //! | `<ns>:{c:<tenant><conversation>}:rec` | HASH | seq (decimal) → canonical record blob |
 //! | `<ns>:{c:<tenant><conversation>}:lowbound` | string | hot-tier lower bound: seqs ≤ it were trimmed (absent = 0) |
@@ -29,7 +30,8 @@
 //!
 //! Ids are 32 lowercase hex digits. Blobs are the canonical encodings of [`crate::codec`],
 //! stored as they are; idempotency compares them byte for byte. Seqs stay below 2^53 so that
-//! ZSET scores hold them exactly. Time always comes from the injected [`Clock`] and reaches
+//! ZSET scores hold them exactly. Time always comes from the injected [`Clock`] (a send's
+//! `created_at` from a [`HybridClock`] over it, see `reserve` below) and reaches
 //! the scripts as arguments (never Redis `TIME`); the only Redis-clocked thing is a safety-net
 //! TTL on COMMITTED commit hashes ([`COMMITTED_REDIS_TTL_MILLIS`], longer than the auxiliary TTL
 //! that [`MessageStore::gc_committed_auxiliary`] enforces on the injected clock).
@@ -58,7 +60,8 @@
 //! | `mark_committed` | 1 | 3 |
 //! | `mark_outbox_published_and_committed` | 1 | 3 |
 //!
-//! (`reserve` costs more when its lease must be extended or revalidated: see [`lease`].)
+//! (`reserve` costs more when its lease must be extended or revalidated: see [`lease`]; and
+//! one round trip more when the conversation's clock is ahead of this store's, below.)
 //!
 //! The hot path skips reading the commit because the store remembers, for each commit in flight,
 //! the exact commit it last wrote or read (the *in-flight knowledge*, module `inflight`): a hint,
@@ -87,6 +90,16 @@
 //!   [`MessageStore::gc_committed_auxiliary`] removes once older than the auxiliary TTL.
 //!   Without a seq (no lease to be had, corrupt counter) a replay is still answered from the
 //!   stored commit (one read).
+//!
+//!   `created_at` is the store's hybrid clock's stamp, proposed to the allocation, which keeps
+//!   the conversation's clock (its highest `created_at` issued) and answers the send's
+//!   `created_at`: the claim's, or the later of the proposal and the clock. When that differs
+//!   from the proposal (another writer's clock runs ahead, or this is a retry of a claimed key),
+//!   the hybrid clock observes it and (1) runs again under it, so the recovery entry names the
+//!   commit's `created_at` (the claim now answers the same seq and time); the entry under the
+//!   proposal goes in the same trip, or is an entry leading nowhere as above. So within a
+//!   conversation `created_at` never decreases as the seq grows, whatever the writers' clocks;
+//!   a revalidation's restored records raise the clock again after Redis lost it.
 //! - `put_record`: write record and index (`message_put_record.lua`, same-value overwrite),
 //!   then the CAS RESERVED → RECORDED from exactly the RESERVED commit of this intent. The
 //!   record must only be written for the reserved intent, so a cold call reads and checks the
@@ -158,7 +171,7 @@ use self::lease::Renewals;
 use self::scripts::{expect_ok, invoke, query, Link, Reply};
 use super::index_shard::ShardCursor;
 use super::{connect_checked, RedisConfig};
-use crate::clock::Clock;
+use crate::clock::{Clock, HybridClock};
 use crate::codec::{decode_commit_parts, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{MessageId, TenantId, UnixMillis, UserId};
@@ -184,6 +197,9 @@ pub struct RedisMessageStore {
     keys: Keys,
     policy: RetentionPolicy,
     clock: Arc<dyn Clock>,
+    /// Where sends' `created_at` comes from: [`Self::clock`] as a hybrid logical clock, which
+    /// observes each conversation's clock as an allocation answers it (see `reserve.rs`).
+    stamps: Arc<HybridClock>,
     /// `Some(window)` when this store owns the hot-tier trim (see [`Self::with_trim_window`]).
     trim_window_millis: Option<i64>,
     /// What this store last saw of the commits it is driving (a hint; see [`inflight`]).
@@ -264,6 +280,7 @@ impl RedisMessageStore {
             con,
             keys: Keys::new(&config.namespace),
             policy,
+            stamps: Arc::new(HybridClock::new(clock.clone())),
             clock,
             trim_window_millis: None,
             inflight: Arc::default(),
@@ -337,10 +354,6 @@ fn exactly<const N: usize>(replies: Vec<Reply>) -> StoreResult<[Reply; N]> {
 }
 
 fn one(replies: Vec<Reply>) -> StoreResult<[Reply; 1]> {
-    exactly(replies)
-}
-
-fn two(replies: Vec<Reply>) -> StoreResult<[Reply; 2]> {
     exactly(replies)
 }
 

@@ -26,6 +26,17 @@ pub(super) fn reply_number(what: &str, value: Option<&redis::Value>) -> StoreRes
         .ok_or_else(|| StoreError::InvariantViolation(format!("{what}: the script did not answer a number")))
 }
 
+/// A signed number a script answered (as an integer or as decimal text): a time, which may be
+/// before 1970 in tests.
+pub(super) fn reply_signed(what: &str, value: Option<&redis::Value>) -> StoreResult<i64> {
+    value
+        .and_then(|v| match v {
+            redis::Value::Int(n) => Some(*n),
+            other => bytes(other).and_then(|b| std::str::from_utf8(b).ok()).and_then(|t| t.parse().ok()),
+        })
+        .ok_or_else(|| StoreError::InvariantViolation(format!("{what}: the script did not answer a time")))
+}
+
 impl RedisMessageStore {
     /// Makes this store the owner of the hot-tier trim with a window of `days`: records older
     /// than the window are trimmed (once archived) by [`Self::trim_hot_history`], so messages

@@ -84,6 +84,12 @@ impl Keys {
         self.conversation(tenant, conversation, "claims")
     }
 
+    /// The conversation's clock: the highest `created_at` (ms) issued in it, which no later seq's
+    /// `created_at` goes below (`message_allocate_seq.lua`). No TTL, like the seq counter.
+    pub(super) fn clock(&self, tenant: TenantId, conversation: ConversationId) -> String {
+        self.conversation(tenant, conversation, "clock")
+    }
+
     /// The claims by time: ZSET, score = claimed_at ms, member = [`claim`].
     pub(super) fn claim_times(&self, tenant: TenantId, conversation: ConversationId) -> String {
         self.conversation(tenant, conversation, "claimtimes")

@@ -64,7 +64,7 @@ use async_trait::async_trait;
 use metrics::counter;
 use redis::Value;
 
-use super::hot_tier::reply_number;
+use super::hot_tier::{reply_number, reply_signed};
 use super::keys::claim;
 use super::scripts::{answered, bytes, invoke, status, Batch, Reply, ALLOCATE_SEQ, LEASE_CHECK, LEASE_INSTALL};
 use super::{RedisMessageStore, MAX_SEQ};
@@ -160,8 +160,9 @@ pub(super) struct Held {
 
 /// What one allocation answered.
 pub(super) enum Allocation {
-    /// A seq: new, or the claim's again; `renew`: extend the lease soon.
-    Issued { seq: ConversationSeq, lease: Held, renew: bool },
+    /// A seq: new, or the claim's again; `renew`: extend the lease soon; `created_at`: the
+    /// send's, as the conversation's clock (or the claim) fixed it.
+    Issued { seq: ConversationSeq, lease: Held, renew: bool, created_at: UnixMillis },
     /// The lease is used up.
     Extend(Held),
     /// The lease is invalid; the caller holds `token` (valid in the copy of the data `run`).
@@ -238,9 +239,13 @@ impl RedisMessageStore {
         let times = self.keys.claim_times(tenant, conversation);
         let block = self.leases.as_ref().map_or(DEFAULT_LEASE_BLOCK, |l| l.block);
         let [members, cached] = self.keys.member_cache(tenant, conversation);
+        let clock = self.keys.clock(tenant, conversation);
         let sender: &[u8] = if check_sender { &key.sender.0 } else { &[] };
         batch
-            .script(&ALLOCATE_SEQ, &[&seq, &lease, &token, &index, &low, &archived, &claims, &times, &members, &cached])
+            .script(
+                &ALLOCATE_SEQ,
+                &[&seq, &lease, &token, &index, &low, &archived, &claims, &times, &members, &cached, &clock],
+            )
             .arg(claim(key))
             .arg(now.0)
             .arg(COMMIT_AUX_TTL_MILLIS)
@@ -269,7 +274,8 @@ impl RedisMessageStore {
                     )));
                 }
                 let lease = Held { through: number(2)?, run: text(3, "a run id")? };
-                Ok(Allocation::Issued { seq: ConversationSeq(seq), lease, renew: number(1)? == 1 })
+                let created_at = UnixMillis(reply_signed("message_allocate_seq", rest.get(4))?);
+                Ok(Allocation::Issued { seq: ConversationSeq(seq), lease, renew: number(1)? == 1, created_at })
             }
             "extend" => Ok(Allocation::Extend(Held { through: number(0)?, run: text(2, "a run id")? })),
             "revalidate" => Ok(Allocation::Revalidate {

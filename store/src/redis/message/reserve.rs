@@ -5,7 +5,7 @@
 use super::keys::{self, aux_member, aux_shard};
 use super::lease::{self, Allocation};
 use super::scripts::{self, answered, bytes, run, status, Batch};
-use super::{decode_stored, one, two, Described, RedisMessageStore};
+use super::{at_least, decode_stored, one, Described, RedisMessageStore};
 use crate::codec::{decode_commit_parts, encode_commit_head, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationSeq, MessageId};
@@ -13,6 +13,11 @@ use crate::message::{Commit, CommitIntent, CommitRequest, CommitState};
 use crate::message_store::HistoryAuthorizer;
 use crate::message_store::COMMIT_AUX_TTL_MILLIS;
 use crate::rules::{check_request, conflict};
+
+/// How many times one reserve takes a `created_at` other than its own from the allocation
+/// before giving up: once normally (the claim then answers the same time); more only when the
+/// claim was lost in between (a revalidation deletes claims).
+const MAX_RESTAMPS: u32 = 3;
 
 impl RedisMessageStore {
     /// [`MessageStore::reserve`](crate::MessageStore::reserve) on Redis; with `members`,
@@ -32,15 +37,25 @@ impl RedisMessageStore {
         // (1) A seq (the key's claim, or a new one) and the recovery entry: one round trip. An
         // allocation that issued nothing says what its lease needs first; then again, with the
         // same `created_at` (so the same recovery entry, written again, and no orphan entries).
-        let created_at = self.clock.now();
-        let member = aux_member(key, created_at);
-        let (mut waits, mut prepares) = (0u32, 0u32);
+        // `created_at` is this store's hybrid clock's stamp unless the conversation's clock is
+        // ahead of it (another writer's clock runs ahead) or the key's claim holds an earlier
+        // one: the allocation says which, and the entry is written again under that time (the
+        // claim then answers the same seq and time), the first one removed in the same trip.
+        let mut created_at = self.stamps.stamp();
+        let mut member = aux_member(key, created_at);
+        let mut stale: Option<String> = None;
+        let (mut waits, mut prepares, mut restamps) = (0u32, 0u32, 0u32);
         let mut check_sender = members.is_some();
         let seq = loop {
             let mut batch = Batch::default();
             self.allocate_seq(&mut batch, key, conversation, created_at, check_sender);
-            batch.command("ZADD").arg(self.keys.recovery(aux_shard(&member))).arg(created_at.0).arg(&member);
-            let [allocated, listed] = two(run(&self.con, "reserving a commit", batch).await?)?;
+            let recovery = self.keys.recovery(aux_shard(&member));
+            batch.command("ZADD").arg(&recovery).arg(created_at.0).arg(&member);
+            if let Some(stale) = stale.take() {
+                // Best effort, as give_up_orphan: the auxiliary GC removes it otherwise.
+                batch.command("ZREM").arg(&recovery).arg(stale);
+            }
+            let [allocated, listed] = at_least(run(&self.con, "reserving a commit", batch).await?)?;
             let allocation = match self.allocation(conversation, allocated) {
                 Ok(a) => a,
                 Err(e) => return self.reserve_without_seq(request, &request_bytes, &member, e).await,
@@ -61,14 +76,28 @@ impl RedisMessageStore {
                 }
                 _ => {}
             }
-            if let Allocation::Issued { seq, lease, renew } = allocation {
+            if let Allocation::Issued { seq, lease, renew, created_at: fixed } = allocation {
+                self.stamps.observe(fixed);
                 if renew {
                     self.renew_soon(tenant, conversation, lease);
                 }
                 // No commit may exist without its recovery entry: stop here. The seq stays the
                 // key's claim, so a retry gets it again.
                 answered("writing the recovery index", listed)?;
-                break seq;
+                if fixed == created_at {
+                    break seq;
+                }
+                restamps += 1;
+                if restamps > MAX_RESTAMPS {
+                    let e = StoreError::Unavailable {
+                        message: format!("conversation {conversation}: its clock kept moving under this send"),
+                        source: None,
+                    };
+                    return self.reserve_without_seq(request, &request_bytes, &member, e).await;
+                }
+                stale = Some(std::mem::replace(&mut member, aux_member(key, fixed)));
+                created_at = fixed;
+                continue;
             }
             let exhausted = if matches!(allocation, Allocation::Wait) {
                 waits += 1;

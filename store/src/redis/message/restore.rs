@@ -72,7 +72,9 @@ impl RedisMessageStore {
     /// The commit of every record created within [`COMMIT_AUX_TTL_MILLIS`] is written back as
     /// COMMITTED (publication: where the record was read) where its key is free, with its
     /// auxiliary GC entry, so a retry of the send is answered as the first time.
-    /// Seq counters and leases are not touched (see [`super::lease`]).
+    /// Seq counters and leases are not touched (see [`super::lease`]); the conversation's clock
+    /// is raised to each written (or present, or removed) record's `created_at`, so no later
+    /// seq gets an earlier one.
     ///
     /// Errors: only a failing Redis or a corrupt reply; the outcome of every record is in the
     /// report.
@@ -108,6 +110,7 @@ impl RedisMessageStore {
                 self.keys.gc_tombstones(r.tenant, r.conversation),
                 self.keys.claims(r.tenant, r.conversation),
                 self.keys.claim_times(r.tenant, r.conversation),
+                self.keys.clock(r.tenant, r.conversation),
             ];
             let key = CommitKey { tenant: r.tenant, sender: r.sender, client_message_id: r.client_message_id.clone() };
             batch

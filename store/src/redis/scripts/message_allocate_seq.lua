@@ -1,9 +1,14 @@
 -- Issues the next seq of a conversation within its lease of the durable high-water mark, or
 -- says what the caller must do first (DESIGN invariant 7; "Seq leases" in message.rs).
 --
--- A request key is claimed with the seq it was issued: an attempt of the same key (a retry of a
--- send still in flight, a send that crashed before its commit was written) gets that seq again
--- instead of a new one, so retries leave no holes.
+-- A request key is claimed with the seq it was issued and its `created_at`: an attempt of the
+-- same key (a retry of a send still in flight, a send that crashed before its commit was
+-- written) gets both again instead of a new seq, so retries leave no holes.
+--
+-- The conversation's clock (KEYS[11]) is the highest `created_at` issued in it: a new seq's
+-- `created_at` is the caller's proposal or the clock, whichever is later, so within a
+-- conversation `created_at` never decreases as the seq grows, whatever the skew between the
+-- writers' clocks (their hybrid logical clocks observe the answer; see reserve.rs).
 --
 -- KEYS[1]  the seq counter           <ns>:{c:<tenant><conv>}:seq
 -- KEYS[2]  the lease                 <ns>:{c:<tenant><conv>}:lease       '<serving>:<through>:<start>'
@@ -15,8 +20,9 @@
 -- KEYS[8]  the claims by time        <ns>:{c:<tenant><conv>}:claimtimes  ZSET score = claimed_at ms
 -- KEYS[9]  the cached members        <ns>:{c:<tenant><conv>}:members     (membership_cached.lua)
 -- KEYS[10] the member cache's marker <ns>:{c:<tenant><conv>}:memberscached
+-- KEYS[11] the conversation's clock <ns>:{c:<tenant><conv>}:clock       highest created_at issued, ms
 -- ARGV[1]  the claim: '<sender hex>:<client message id>'
--- ARGV[2]  now, ms (the store's clock)
+-- ARGV[2]  now, ms (the store's hybrid clock): the proposed created_at
 -- ARGV[3]  how long a claim holds, ms
 -- ARGV[4]  a fresh token, in case a revalidation must begin
 -- ARGV[5]  how long a token holds, ms (Redis's clock: it only bounds a crashed holder)
@@ -24,10 +30,11 @@
 -- ARGV[7]  the sender's 16-byte user id, who must be a member; '' when the caller checked it
 --
 -- Replies:
---   {'ok', seq, renew, through, run}
+--   {'ok', seq, renew, through, run, created_at}
 --                               the seq (a new one, or the claim's again), the lease's end and
 --                               the copy of the data it is valid in (`serving()`); renew 1:
---                               extend it soon
+--                               extend it soon; the send's created_at (the claim's, or
+--                               max(ARGV[2], clock))
 --   {'extend', through, counter, run}
 --                               the lease is used up: move the durable mark, then extend it
 --   {'revalidate', counter, floor, token, run}
@@ -84,7 +91,7 @@ if claim then
     return {'corrupt', 'claim ' .. claim .. ' is malformed'}
   end
   if tonumber(at) + life > now then
-    return {'ok', seq, 0, string.format('%d', through), serving()}
+    return {'ok', seq, 0, string.format('%d', through), serving(), at}
   end
 end
 -- Never issue at or below what the conversation visibly holds.
@@ -94,10 +101,25 @@ end
 if counter + 1 > through then
   return {'extend', string.format('%d', through), string.format('%d', counter), serving()}
 end
+local clock = redis.call('GET', KEYS[11])
+local stamp = now
+if clock then
+  clock = tonumber(clock)
+  if not clock then
+    return {'corrupt', 'the conversation clock is not a number'}
+  end
+  if clock > stamp then
+    stamp = clock
+  end
+end
+local created_at = string.format('%d', stamp)
 local seq = string.format('%d', counter + 1)
 redis.call('SET', KEYS[1], seq)
-redis.call('HSET', KEYS[7], ARGV[1], seq .. ':' .. ARGV[2])
-redis.call('ZADD', KEYS[8], ARGV[2], ARGV[1])
+if stamp ~= clock then
+  redis.call('SET', KEYS[11], created_at)
+end
+redis.call('HSET', KEYS[7], ARGV[1], seq .. ':' .. created_at)
+redis.call('ZADD', KEYS[8], created_at, ARGV[1])
 -- An idle conversation's claims go with Redis's clock too (a safety net; validity is ARGV's).
 redis.call('PEXPIRE', KEYS[7], string.format('%d', 2 * life))
 redis.call('PEXPIRE', KEYS[8], string.format('%d', 2 * life))
@@ -105,4 +127,4 @@ local renew = 0
 if through - (counter + 1) <= tonumber(ARGV[6]) then
   renew = 1
 end
-return {'ok', seq, renew, string.format('%d', through), serving()}
+return {'ok', seq, renew, string.format('%d', through), serving(), created_at}

@@ -8,6 +8,8 @@
 -- KEYS[4]  the expiry drain's tombstones <ns>:{c:<tenant><conversation>}:gcdone
 -- KEYS[5]  the claims          <ns>:{c:<tenant><conversation>}:claims      (see message_allocate_seq.lua)
 -- KEYS[6]  the claims by time  <ns>:{c:<tenant><conversation>}:claimtimes
+-- KEYS[7]  the conversation's clock <ns>:{c:<tenant><conversation>}:clock (raised to ARGV[4],
+--          so a conversation rebuilt after a loss issues no created_at below its records')
 -- ARGV[1]  the seq, decimal
 -- ARGV[2]  the canonical record blob
 -- ARGV[3]  the record's claim: '<sender hex>:<client message id>'
@@ -20,6 +22,14 @@
 local seq = ARGV[1]
 if not string.match(seq, '^[1-9][0-9]*$') then
   return {'corrupt', 'seq ' .. seq .. ' is not a positive decimal'}
+end
+-- The record's created_at was issued whatever becomes of the record here: the clock covers it.
+local clock = tonumber(redis.call('GET', KEYS[7]) or '0')
+if not clock then
+  return {'corrupt', 'the conversation clock is not a number'}
+end
+if tonumber(ARGV[4]) > clock then
+  redis.call('SET', KEYS[7], ARGV[4])
 end
 local function claim()
   local life = tonumber(ARGV[6])
