@@ -13,6 +13,7 @@ pub mod membership;
 pub mod membership_cache;
 pub mod message;
 mod script_sources;
+pub mod writer_id;
 
 pub use archive_gaps::ArchiveGaps;
 pub use connection::{RedisConnection, Topology};
@@ -20,6 +21,7 @@ pub use mailbox::RedisMailboxStore;
 pub use membership::RedisMembershipStore;
 pub use membership_cache::RedisMembershipCache;
 pub use message::{RecentRecords, RedisMessageStore, RestoreReport, SeqLeases, TrimReport, DEFAULT_LEASE_BLOCK};
+pub use writer_id::{Renewal, WriterId, WriterIdLease, DEFAULT_WRITER_ID_LIFE, WRITER_IDS};
 
 use std::time::Duration;
 

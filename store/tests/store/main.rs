@@ -20,6 +20,7 @@ mod redis_mailbox_fence;
 mod redis_membership_contract;
 mod redis_message_contract;
 mod redis_seq_lease_edges;
+mod redis_writer_id;
 mod scylla_archive_ttl;
 mod scylla_history_buckets;
 mod scylla_mailbox_contract;
