@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use qim_runtime::events::emit;
-use qim_store::ids::MessageId;
+use qim_store::ids::UnixMillis;
 use qim_store::message::{Commit, CommitRequest, CommitState};
 use qim_store::retention::RetentionPolicy;
 use qim_store::{ErrorKind, HistoryAuthorizer, MessageStore, StoreError};
@@ -26,6 +26,7 @@ use tokio::sync::Semaphore;
 
 use crate::events::{DeliveryFailed, InFlightChanged, SendAnswered, SendJoined, StageDone};
 use crate::flights::Flights;
+use crate::message_ids::MessageIds;
 use crate::publisher::{Publish, PublishError};
 
 /// How often one commit re-reads a state another driver holds before giving up.
@@ -98,18 +99,22 @@ pub struct DurableMessageCommitter {
     policy: RetentionPolicy,
     permits: Semaphore,
     flights: Flights,
+    ids: Arc<MessageIds>,
 }
 
 impl DurableMessageCommitter {
-    /// A committer over `store`, publishing through `publisher`. `policy` must be the store's
-    /// (the published record carries the same expiry as the stored one).
+    /// A committer over `store`, publishing through `publisher`, minting message ids with
+    /// `ids`. `policy` must be the store's (the published record carries the same expiry as the
+    /// stored one).
     pub fn new(
         store: Arc<dyn MessageStore>,
         publisher: Arc<dyn Publish>,
         policy: RetentionPolicy,
         max_in_flight: usize,
+        ids: Arc<MessageIds>,
     ) -> Self {
-        Self { store, publisher, policy, permits: Semaphore::new(max_in_flight.max(1)), flights: Flights::default() }
+        let permits = Semaphore::new(max_in_flight.max(1));
+        Self { store, publisher, policy, permits, flights: Flights::default(), ids }
     }
 
     /// Commits `request` from a member of its conversation, as `members` decides (refused with
@@ -155,7 +160,8 @@ impl DurableMessageCommitter {
 
     async fn reserve(&self, request: &CommitRequest, members: &dyn HistoryAuthorizer) -> Result<Commit, CommitError> {
         let timer = Instant::now();
-        let proposed = MessageId(*uuid::Uuid::new_v4().as_bytes());
+        // A retry of a reserved key gets its first id back; this one then goes unused.
+        let proposed = self.ids.mint(UnixMillis::now())?;
         let reserved = self.store.reserve_from_member(request, proposed, members).await?;
         emit(StageDone { stage: "reserve", elapsed: timer.elapsed() });
         Ok(reserved)

@@ -5,11 +5,13 @@ use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use qim_runtime::events::InternalEvent;
+use qim_store::error::StoreError;
 use qim_store::ids::MessageId;
+use qim_store::redis::WriterId;
 
 use crate::metrics::{
     AUX_COLLECTED, COMMITS, COMMIT_STAGE_SECONDS, EXPIRY_DRAINED, IN_FLIGHT, KAFKA_DELIVERY_ERRORS, RECOVERY_ACTIONS,
-    RECOVERY_BACKLOG, SENDS_JOINED,
+    RECOVERY_BACKLOG, SENDS_JOINED, WRITER_ID_RENEWALS,
 };
 
 /// A send was answered.
@@ -142,6 +144,58 @@ impl InternalEvent for ExpiryDrained {
         counter!(EXPIRY_DRAINED).increment(self.removed as u64);
         if self.orphans_cleaned > 0 {
             tracing::warn!(orphans = self.orphans_cleaned, "expiry cleaned index entries without records");
+        }
+    }
+}
+
+/// A renewal of the writer-id lease ([`crate::message_ids::keep`]).
+pub enum WriterIdRenewed {
+    /// Extended.
+    Held,
+    /// The id had been lost (expired or taken while this process could not renew it); another
+    /// is held now.
+    Replaced {
+        /// The id lost.
+        lost: WriterId,
+        /// The id now held.
+        now: WriterId,
+    },
+    /// Redis did not answer; the lease runs out (and the writer is fenced) unless a later
+    /// renewal lands in time.
+    Failed {
+        /// Why.
+        error: StoreError,
+    },
+}
+
+impl InternalEvent for WriterIdRenewed {
+    fn emit(self) {
+        let outcome = match self {
+            Self::Held => "held",
+            Self::Replaced { lost, now } => {
+                tracing::warn!(%lost, %now, "writer id lease was lost; holding another id now");
+                "replaced"
+            }
+            Self::Failed { error } => {
+                tracing::warn!(%error, "renewing the writer id lease failed; retrying at the next tick");
+                "failed"
+            }
+        };
+        counter!(WRITER_ID_RENEWALS, "outcome" => outcome).increment(1);
+    }
+}
+
+/// The writer-id lease was given back at shutdown (or could not be: it then runs out).
+pub struct WriterIdReleased {
+    /// The release's outcome.
+    pub result: Result<(), StoreError>,
+}
+
+impl InternalEvent for WriterIdReleased {
+    fn emit(self) {
+        match self.result {
+            Ok(()) => tracing::info!("writer id released"),
+            Err(error) => tracing::warn!(%error, "releasing the writer id failed; it runs out on its own"),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! qim-writer: the commit service (HTTP API → RESERVED → RECORDED → OUTBOXED → COMMITTED).
 //!
 //! - [`config`]: the documented environment and its typed form;
-//! - [`committer`]: the durable state machine driver;
+//! - [`committer`]: the durable state machine driver; [`message_ids`]: the ids it mints and the
+//!   writer-id lease they carry;
 //! - [`publisher`]: the idempotent Kafka producer;
 //! - [`recovery`], [`expiry`]: the background duties;
 //! - [`recent`], [`tail`]: where a conversation's recent records come back from after Redis
@@ -17,6 +18,7 @@ pub mod config;
 pub mod events;
 pub mod expiry;
 pub mod flights;
+pub mod message_ids;
 pub mod metrics;
 pub mod publisher;
 pub mod recent;

@@ -23,6 +23,9 @@ pub const KAFKA_DELIVERY_ERRORS: &str = "qim_writer_kafka_delivery_errors_total"
 /// Counter: sends that arrived while another send of their request key was in flight in this
 /// writer, and waited for it to land instead of racing it.
 pub const SENDS_JOINED: &str = "qim_writer_sends_joined_total";
+/// Counter, label `outcome`: renewals of the writer-id lease, `held`, `replaced` (the id was
+/// lost and another taken), `failed` (Redis did not answer).
+pub const WRITER_ID_RENEWALS: &str = "qim_writer_id_renewals_total";
 /// Counter, labels `route` and `status`: HTTP requests answered.
 pub const HTTP_REQUESTS: &str = "qim_writer_http_requests_total";
 
@@ -40,6 +43,7 @@ pub fn describe() {
     describe_counter!(AUX_COLLECTED, "Auxiliary facts of committed commits collected.");
     describe_counter!(KAFKA_DELIVERY_ERRORS, "Kafka deliveries that failed or timed out.");
     describe_counter!(HTTP_REQUESTS, "HTTP requests by route and status.");
+    describe_counter!(WRITER_ID_RENEWALS, "Renewals of the writer-id lease, by outcome.");
     describe_counter!(SENDS_JOINED, "Sends that waited for a send of the same key in flight here.");
     // Series the alert rules (deploy/observability/alerts.yml) read, present from the start so
     // that their first increase is seen as one.

@@ -2,8 +2,8 @@
 //! background loops, the HTTP API, and graceful shutdown.
 //!
 //! Shutdown (SIGTERM/SIGINT or the token): the listener stops accepting, in-flight requests
-//! (and so in-flight commits) finish, the loops stop between passes, the producer is flushed,
-//! and [`RunningWriter::wait`] returns `Ok`.
+//! (and so in-flight commits) finish, the loops stop between passes, the writer id is given
+//! back, the producer is flushed, and [`RunningWriter::wait`] returns `Ok`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use qim_runtime::auth::Authenticator;
 use qim_runtime::http::ReadinessCheck;
 use qim_runtime::startup::{Startup, Unreachable};
 use qim_runtime::telemetry;
+use qim_store::redis::{WriterIdLease, DEFAULT_WRITER_ID_LIFE};
 use qim_store::MembershipAuthorizer;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{self, ApiState};
 use crate::backend;
 use crate::committer::DurableMessageCommitter;
-use crate::config::WriterConfig;
+use crate::config::{Backend, WriterConfig};
+use crate::message_ids::{self, MessageIds};
 use crate::publisher::KafkaPublisher;
 use crate::{expiry, recovery};
 
@@ -64,11 +66,25 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
                 .with_context(|| format!("checking kafka at {}", config.kafka_brokers))
         })
         .await?;
+    let lease = match &config.backend {
+        Backend::Redis { redis, .. } => Some(Arc::new(
+            startup
+                .step("taking a writer id", || async {
+                    WriterIdLease::acquire(redis, DEFAULT_WRITER_ID_LIFE)
+                        .await
+                        .with_context(|| format!("leasing a writer id in the redis at {}", redis.url))
+                })
+                .await?,
+        )),
+        Backend::Scylla(_) => None,
+    };
+    let ids = Arc::new(MessageIds::new(lease.clone()));
     let committer = Arc::new(DurableMessageCommitter::new(
         stores.messages.clone(),
         publisher.clone(),
         config.policy,
         config.max_in_flight,
+        ids.clone(),
     ));
     let state = ApiState {
         committer: committer.clone(),
@@ -77,13 +93,14 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
         authorizer: Arc::new(MembershipAuthorizer::new(stores.members.clone())),
         max_body_bytes: config.max_body_bytes,
     };
-    let ready = readiness(stores.ready.clone(), publisher.clone());
+    let ready = readiness(stores.ready.clone(), publisher.clone(), ids);
     let auth = Authenticator::new(&config.auth).context("loading the API's token keys")?;
     let app = api::router(state, auth, metrics, ready);
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
         .with_context(|| format!("binding {}", config.http_addr))?;
     let addr = listener.local_addr()?;
+    let lease_keeper = lease.map(|lease| tokio::spawn(message_ids::keep(lease, shutdown.clone())));
     let loops = [
         tokio::spawn(recovery::run(
             stores.messages.clone(),
@@ -102,7 +119,7 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
             .await
             .context("serving http")?;
         shutdown.cancel();
-        for l in loops {
+        for l in loops.into_iter().chain(lease_keeper) {
             l.await.context("a background loop panicked")?;
         }
         let flushed = tokio::task::spawn_blocking(move || publisher.flush(FLUSH_TIMEOUT)).await?;
@@ -113,11 +130,14 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
     Ok(RunningWriter { addr, task })
 }
 
-/// Ready when the store is ready and the topic answers.
-fn readiness(store: ReadinessCheck, publisher: Arc<KafkaPublisher>) -> ReadinessCheck {
+/// Ready when the writer id is held (if leased), the store is ready and the topic answers.
+fn readiness(store: ReadinessCheck, publisher: Arc<KafkaPublisher>, ids: Arc<MessageIds>) -> ReadinessCheck {
     Arc::new(move || {
-        let (store, publisher) = (store.clone(), publisher.clone());
+        let (store, publisher, ids) = (store.clone(), publisher.clone(), ids.clone());
         Box::pin(async move {
+            if let Some(lease) = ids.lease() {
+                lease.current().map_err(|e| e.to_string())?;
+            }
             store().await?;
             publisher.check_topic(Duration::from_secs(2)).await.map(drop)
         })
