@@ -69,8 +69,22 @@ pub async fn run(
     concurrency: usize,
     quiet: bool,
 ) -> anyhow::Result<Report> {
+    run_behind(&[base.to_owned()], token, plan, concurrency, quiet).await
+}
+
+/// [`run`] through several writer instances behind one address, as a load balancer spreads
+/// them: send `i` goes to `bases[i % n]` and its retry (when planned) to the next instance, so
+/// with two or more every retry lands on another instance than its first attempt.
+pub async fn run_behind(
+    bases: &[String],
+    token: Option<&str>,
+    plan: &Plan,
+    concurrency: usize,
+    quiet: bool,
+) -> anyhow::Result<Report> {
+    anyhow::ensure!(!bases.is_empty(), "no writer to send to");
     let http = reqwest::Client::builder().timeout(Duration::from_secs(60)).build()?;
-    let client = Arc::new(Writer { base: base.to_owned(), token: token.map(str::to_owned), http });
+    let client = Arc::new(Writer { bases: bases.to_vec(), token: token.map(str::to_owned), http });
     for conversation in &plan.conversations {
         for chunk in conversation.members.chunks(1_000) {
             client.add_members(&plan.tenant, &conversation.id, chunk).await?;
@@ -90,11 +104,11 @@ pub async fn run(
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some(send) = sends.get(i) else { return anyhow::Ok(part) };
-                let (ack, latency) = client.send(&tenant, send).await?;
+                let (ack, latency) = client.send(i, &tenant, send).await?;
                 part.requests += 1;
                 part.latencies.push(latency);
                 if send.retry {
-                    let (again, latency) = client.send(&tenant, send).await?;
+                    let (again, latency) = client.send(i + 1, &tenant, send).await?;
                     part.requests += 1;
                     part.latencies.push(latency);
                     if again == ack {
@@ -168,14 +182,15 @@ async fn show_progress(done: Arc<AtomicU64>, total: u64) {
 }
 
 struct Writer {
-    base: String,
+    bases: Vec<String>,
     token: Option<String>,
     http: reqwest::Client,
 }
 
 impl Writer {
-    fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        let r = self.http.post(format!("{}{path}", self.base));
+    /// A POST to instance `instance` (modulo their number).
+    fn post(&self, instance: usize, path: &str) -> reqwest::RequestBuilder {
+        let r = self.http.post(format!("{}{path}", self.bases[instance % self.bases.len()]));
         match &self.token {
             Some(t) => r.bearer_auth(t),
             None => r,
@@ -184,16 +199,17 @@ impl Writer {
 
     async fn add_members(&self, tenant: &str, conversation: &str, users: &[String]) -> anyhow::Result<()> {
         let path = format!("/v1/tenants/{tenant}/conversations/{conversation}/members/add");
-        let r = self.post(&path).json(&serde_json::json!({ "users": users })).send().await?;
+        let r = self.post(0, &path).json(&serde_json::json!({ "users": users })).send().await?;
         if !r.status().is_success() {
             bail!("adding members: {} {}", r.status(), r.text().await.unwrap_or_default());
         }
         Ok(())
     }
 
-    /// Sends until acknowledged; `503` (a backend briefly down) and connection failures are
-    /// retried with the same key every 500 ms for up to [`SEND_PATIENCE`].
-    async fn send(&self, tenant: &str, s: &PlannedSend) -> anyhow::Result<(Ack, Duration)> {
+    /// Sends to instance `instance` until acknowledged; `503` (a backend briefly down) and
+    /// connection failures are retried with the same key every 500 ms for up to
+    /// [`SEND_PATIENCE`].
+    async fn send(&self, instance: usize, tenant: &str, s: &PlannedSend) -> anyhow::Result<(Ack, Duration)> {
         let give_up = Instant::now() + SEND_PATIENCE;
         let body = serde_json::json!({
             "tenant": tenant, "conversation": s.conversation, "sender": s.sender,
@@ -202,7 +218,7 @@ impl Writer {
         loop {
             let began = Instant::now();
             let patient = began < give_up;
-            let r = self.post("/v1/messages").json(&body).send().await;
+            let r = self.post(instance, "/v1/messages").json(&body).send().await;
             match r {
                 Ok(r) if r.status() == 200 => {
                     let a: serde_json::Value = r.json().await?;

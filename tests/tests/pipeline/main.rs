@@ -16,3 +16,4 @@ mod services_harness;
 mod smoke_cassandra;
 mod smoke_kafka;
 mod smoke_redis;
+mod two_writers;
