@@ -16,11 +16,15 @@ use rdkafka::ClientConfig;
 
 use crate::stack::{abandoned, kafka_config, swept_by_the_runner, unique_name_origin, MIN_AGE, START_HINT};
 
+/// A replication factor of -1 asks for the brokers' `default.replication.factor` (KIP-464).
+const BROKER_DEFAULT: i32 = -1;
+
 /// How long a topic may take to be created and to get a leader for every partition.
 pub const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Creates `topics` (`(name, partitions)`, replication 1; one that exists already is kept) on
-/// the brokers of `config` and waits until each has every partition led.
+/// Creates `topics` (`(name, partitions)`, the brokers' default replication factor: 1 on the
+/// single stack, 3 on the three-node mode; one that exists already is kept) on the brokers of
+/// `config` and waits until each has every partition led.
 ///
 /// # Errors
 ///
@@ -36,7 +40,8 @@ pub async fn create_topics_with(config: &ClientConfig, topics: &[(&str, i32)]) -
             .await;
     }
     let admin: AdminClient<DefaultClientContext> = config.create().context("creating a Kafka admin client")?;
-    let new: Vec<NewTopic<'_>> = topics.iter().map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(1))).collect();
+    let new: Vec<NewTopic<'_>> =
+        topics.iter().map(|(t, p)| NewTopic::new(t, *p, TopicReplication::Fixed(BROKER_DEFAULT))).collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let created = tokio::time::timeout(TOPIC_READY_TIMEOUT, admin.create_topics(&new, &options))
         .await

@@ -48,6 +48,15 @@ pub const DEFAULT_REDIS_CLUSTER_URL: &str = "redis+cluster://127.0.0.1:7301,127.
 /// Cassandra contact points used when [`SCYLLA_HOSTS_ENV`] is unset or blank.
 pub const DEFAULT_SCYLLA_HOSTS: &str = "127.0.0.1:9042";
 
+/// Environment variable holding the three-node mode's brokers (`deploy/local/stack rf3 up`).
+pub const RF3_KAFKA_BROKERS_ENV: &str = "QIM_TEST_RF3_KAFKA_BROKERS";
+/// Environment variable holding the three-node mode's Cassandra contact points.
+pub const RF3_SCYLLA_HOSTS_ENV: &str = "QIM_TEST_RF3_SCYLLA_HOSTS";
+/// The three-node mode's brokers by default (`stack rf3`'s default ports).
+pub const DEFAULT_RF3_KAFKA_BROKERS: &str = "127.0.0.1:9192,127.0.0.1:9194,127.0.0.1:9196";
+/// The three-node mode's ring by default.
+pub const DEFAULT_RF3_SCYLLA_HOSTS: &str = "127.0.0.1:9142,127.0.0.2:9142,127.0.0.3:9142";
+
 /// How to bring the servers up; every "not reachable" message ends with it.
 pub const START_HINT: &str = "start the local stack with `deploy/local/stack up`";
 
@@ -110,6 +119,17 @@ impl Endpoints {
     /// The servers the `QIM_TEST_*` variables name (the shared local stack's by default).
     pub fn from_env() -> Self {
         Self { kafka_brokers: kafka_brokers(), redis_url: redis_url(), scylla_hosts: scylla_hosts() }
+    }
+
+    /// The three-node mode (`deploy/local/stack rf3 up`: three brokers, a three-node ring) with
+    /// the shared stack's Redis: [`RF3_KAFKA_BROKERS_ENV`] and [`RF3_SCYLLA_HOSTS_ENV`], or
+    /// their defaults.
+    pub fn rf3() -> Self {
+        Self {
+            kafka_brokers: env_or(RF3_KAFKA_BROKERS_ENV, DEFAULT_RF3_KAFKA_BROKERS),
+            redis_url: redis_url(),
+            scylla_hosts: split_list(&env_or(RF3_SCYLLA_HOSTS_ENV, DEFAULT_RF3_SCYLLA_HOSTS)),
+        }
     }
 }
 
@@ -213,7 +233,16 @@ pub fn kafka_config_at(brokers: &str) -> ClientConfig {
 ///
 /// A "Kafka is not reachable at …" error naming [`START_HINT`] when neither step succeeds.
 pub async fn connect_kafka() -> anyhow::Result<usize> {
-    let brokers = kafka_brokers();
+    connect_kafka_at(&kafka_brokers()).await
+}
+
+/// Like [`connect_kafka`], for the Kafka at `brokers` (comma-separated `host:port`).
+///
+/// # Errors
+///
+/// As [`connect_kafka`].
+pub async fn connect_kafka_at(brokers: &str) -> anyhow::Result<usize> {
+    let brokers = brokers.to_owned();
     let mut last_err = String::from("no bootstrap server configured");
     let mut tcp_ok = false;
     for broker in split_list(&brokers) {
@@ -232,7 +261,7 @@ pub async fn connect_kafka() -> anyhow::Result<usize> {
 
     // The metadata request proves a Kafka broker (not just an open port) answers, and that the
     // addresses it advertises work. librdkafka's call blocks, so keep it off the runtime.
-    let config = kafka_config();
+    let config = kafka_config_at(&brokers);
     let probe = tokio::task::spawn_blocking(move || -> anyhow::Result<usize> {
         let consumer: BaseConsumer = config.create().context("creating a Kafka client")?;
         let metadata = consumer.fetch_metadata(None, CONNECT_TIMEOUT).context("fetching cluster metadata")?;

@@ -83,6 +83,19 @@ impl PipelineEnv {
     /// A server is not reachable (named, with `deploy/local/stack up`), or creating a topic,
     /// the keyspace or the run directory failed.
     pub async fn fresh(label: &str) -> anyhow::Result<Self> {
+        let rf = std::env::var("QIM_TEST_SCYLLA_RF").ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let rf = rf.as_deref().unwrap_or("1").parse().context("QIM_TEST_SCYLLA_RF must be a number")?;
+        Self::fresh_at(label, stack::Endpoints::from_env(), rf).await
+    }
+
+    /// [`Self::fresh`] on the servers `at`, with a keyspace of replication factor `rf`
+    /// (single-node development mode below 3): e.g. [`stack::Endpoints::rf3`] and 3 for the
+    /// three-node mode.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::fresh`].
+    pub async fn fresh_at(label: &str, at: stack::Endpoints, rf: u32) -> anyhow::Result<Self> {
         let clean: String = label
             .chars()
             .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
@@ -100,12 +113,12 @@ impl PipelineEnv {
             .with_context(|| format!("creating the run directory {}", run_dir.display()))?;
         let this = Self {
             label: label.to_owned(),
-            kafka_brokers: stack::kafka_brokers(),
-            redis_url: stack::redis_url(),
+            kafka_brokers: at.kafka_brokers,
+            redis_url: at.redis_url,
             redis_namespace: name.clone(),
-            scylla_hosts: stack::scylla_hosts(),
+            scylla_hosts: at.scylla_hosts,
             scylla_dc: env("QIM_TEST_SCYLLA_DC", "datacenter1"),
-            scylla_rf: env("QIM_TEST_SCYLLA_RF", "1").parse().context("QIM_TEST_SCYLLA_RF must be a number")?,
+            scylla_rf: rf,
             keyspace: name.clone(),
             messages_topic: format!("{name}.messages"),
             dispatch_topic: format!("{name}.dispatch"),
@@ -138,7 +151,7 @@ impl PipelineEnv {
             ("QIM_SCYLLA_KEYSPACE", self.keyspace.clone()),
             ("QIM_SCYLLA_DC", self.scylla_dc.clone()),
             ("QIM_SCYLLA_RF", self.scylla_rf.to_string()),
-            ("QIM_SCYLLA_DEV_SINGLE_NODE", "true".into()),
+            ("QIM_SCYLLA_DEV_SINGLE_NODE", (self.scylla_rf < 3).to_string()),
             ("QIM_DEFAULT_HISTORY_RETENTION_DAYS", self.retention_days.to_string()),
             ("QIM_KAFKA_BROKERS", self.kafka_brokers.clone()),
             ("QIM_MESSAGES_TOPIC", self.messages_topic.clone()),
@@ -207,9 +220,8 @@ impl PipelineEnv {
     }
 
     async fn create_topics(&self) -> anyhow::Result<()> {
-        stack::connect_kafka().await?;
-        let mut config = stack::kafka_config();
-        config.set("bootstrap.servers", &self.kafka_brokers);
+        stack::connect_kafka_at(&self.kafka_brokers).await?;
+        let config = stack::kafka_config_at(&self.kafka_brokers);
         let specs = [
             (self.messages_topic.as_str(), MESSAGE_PARTITIONS),
             (self.dispatch_topic.as_str(), i32::from(self.mailbox_shards)),
@@ -228,7 +240,7 @@ impl PipelineEnv {
     /// Cassandra does not answer, or refuses the keyspace.
     pub async fn migrate(&self) -> anyhow::Result<()> {
         static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-        let session = stack::connect_scylla().await?;
+        let session = stack::connect_scylla_at(&self.scylla_hosts).await?;
         if !stack::swept_by_the_runner() {
             SWEPT
                 .get_or_init(|| async {
