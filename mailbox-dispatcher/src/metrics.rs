@@ -22,7 +22,8 @@ pub const CHUNK_SECONDS: &str = "qim_dispatcher_chunk_seconds";
 /// Histogram: chunks in one batch (small groups' one-recipient chunks of a lane travel together).
 pub const CHUNK_BATCH_CHUNKS: &str = "qim_dispatcher_chunk_batch_chunks";
 /// Gauge, label `shard`: highest observed offset minus the lowest lane watermark of the shard
-/// (offset distance; 0 when every lane passed everything observed).
+/// (offset distance; 0 when every lane passed everything observed, and 0 once this instance
+/// stopped owning the shard: its new owner reports it).
 pub const LANE_WATERMARK_LAG: &str = "qim_dispatcher_lane_watermark_lag";
 /// Histogram (seconds): from a message's creation (its commit at the writer) until every lane
 /// watermark of a shard it was dispatched to passed its dispatch record, i.e. until it is

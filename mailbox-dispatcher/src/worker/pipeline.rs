@@ -239,6 +239,9 @@ impl Pipeline {
         }
         let why = if self.revoked.is_cancelled() && !self.shutdown.is_cancelled() { "revoked" } else { "shutdown" };
         tracing::info!(shard = shard.0, why, left_in_flight = self.window.len(), "shard pipeline stopped");
+        // The shard's lag is its next owner's to report: a gauge left at its last value here
+        // would show a lag that no longer moves on this instance for as long as it runs.
+        emit(LaneWatermarkLag { shard: self.shard, lag: 0 });
         None
     }
 
