@@ -4,8 +4,9 @@
   test-report.py build ARTIFACTS.json CARGO_STATUS
       Every compiler diagnostic of `cargo test --no-run --message-format=json`, as rendered, to
       stderr; exits non-zero when the build failed or left any warning.
-  test-report.py tests JUNIT.xml DOC_LOG SECONDS
-      From nextest's JUnit report and the doc tests' output: the 15 slowest tests with their
+  test-report.py tests JUNIT.xml[,JUNIT.xml...] DOC_LOG SECONDS
+      From nextest's JUnit reports (missing ones are skipped when another exists) and the doc
+      tests' output: the 15 slowest tests with their
       times, then the failures, then one closing line.
 """
 
@@ -34,15 +35,16 @@ def build(artifacts, cargo_status):
         sys.exit(f"{warnings} warnings: the build must have none (rustc's and clippy's lints)")
 
 
-def tests(junit, doc_log, seconds):
+def tests(junits, doc_log, seconds):
     cases = []
-    if os.path.exists(junit):
+    reports = [j for j in junits.split(",") if os.path.exists(j)]
+    for junit in reports:
         for suite in ET.parse(junit).getroot().iter("testsuite"):
             for case in suite.iter("testcase"):
                 failed = case.find("failure") is not None or case.find("error") is not None
                 cases.append((float(case.get("time") or 0), f"{suite.get('name')} {case.get('name')}", failed))
-    else:
-        print(f"\nno JUnit report at {junit}: the test run did not start")
+    if not reports:
+        print(f"\nno JUnit report at {junits}: the test run did not start")
     if cases:
         print(f"\nslowest tests:")
         for took, name, _ in sorted(cases, reverse=True)[:SLOWEST]:
