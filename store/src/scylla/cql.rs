@@ -12,6 +12,7 @@ use std::time::Duration;
 use scylla::client::execution_profile::ExecutionProfile;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
+use scylla::errors::{DbError, ExecutionError, RequestAttemptError, WriteType};
 use scylla::policies::load_balancing::DefaultPolicy;
 use scylla::response::query_result::QueryResult;
 use scylla::statement::{Consistency, SerialConsistency};
@@ -29,6 +30,27 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const METADATA_SERVERSIDE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bound on one request (an LWT under contention may take several Paxos rounds).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Whether `error` is Paxos giving up on a CAS (its outcome unknown), which the same CAS sent
+/// again settles.
+pub(crate) fn paxos_timed_out(error: &ExecutionError) -> bool {
+    matches!(
+        error,
+        ExecutionError::LastAttemptError(RequestAttemptError::DbError(
+            DbError::WriteTimeout { write_type: WriteType::Cas, .. },
+            _
+        ))
+    )
+}
+
+/// A random pause before a CAS is sent again after contention: 10–50 ms, longer with every
+/// attempt up to 8×, so contending processes drift apart.
+pub(crate) async fn contention_pause(attempt: usize) {
+    // uuid's v4 is the store's random source already (no other RNG dependency for this).
+    let jitter = u64::from(uuid::Uuid::new_v4().as_u128() as u8) % 40;
+    let factor = 1u64 << attempt.min(3);
+    tokio::time::sleep(std::time::Duration::from_millis((10 + jitter) * factor)).await;
+}
 
 /// Maps a driver failure to `Unavailable`, naming what was being done.
 pub(crate) fn unavailable(what: impl Into<String>, err: impl std::error::Error + Send + Sync + 'static) -> StoreError {

@@ -12,6 +12,13 @@
 //! Within one process, reserves of one conversation queue on a lock that also caches the last
 //! value seen, so a busy conversation costs one LWT per seq instead of Paxos contention with
 //! itself; other processes are still ordered by the CAS alone.
+//!
+//! A CAS that timed out in Paxos (`WriteTimeout` of write type CAS: contention with another
+//! process, or a replica too slow) has an unknown outcome. It is sent again, unchanged, after a
+//! short random pause: if the first one applied, the condition now fails and answers the value
+//! it wrote, so its seq stays a hole and the next attempt moves on from there; never a reuse.
+//! Measured on the three-node ring: two stores contending for one conversation got such
+//! timeouts within a second.
 
 use std::sync::Arc;
 
@@ -20,7 +27,7 @@ use super::{ScyllaMessageStore, SeqSlot, MAX_SEQ_SLOTS};
 use crate::codec::{i64_to_u64, u64_to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, ConversationSeq, TenantId};
-use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
+use crate::scylla::cql::{contention_pause, corrupt, paxos_timed_out, unavailable, LwtOutcome};
 
 /// CAS attempts before a reserve gives up as `Unavailable` (heavy cross-process contention).
 const MAX_CAS_ATTEMPTS: usize = 64;
@@ -67,7 +74,16 @@ impl ScyllaMessageStore {
             Some(value) => value,
             None => {
                 self.cover_bucket(tenant, conversation, seq_bucket(1), bound).await?;
-                let result = session.execute_unpaged(&st.init_seq, (t, c, 1i64)).await;
+                let mut attempt = 0;
+                let result = loop {
+                    match session.execute_unpaged(&st.init_seq, (t, c, 1i64)).await {
+                        Err(e) if paxos_timed_out(&e) && attempt + 1 < MAX_CAS_ATTEMPTS => {
+                            contention_pause(attempt).await;
+                            attempt += 1;
+                        }
+                        other => break other,
+                    }
+                };
                 let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
                 if outcome.applied() {
                     return Ok(1);
@@ -75,10 +91,17 @@ impl ScyllaMessageStore {
                 current_value(&what, &outcome)?
             }
         };
-        for _ in 0..MAX_CAS_ATTEMPTS {
+        for attempt in 0..MAX_CAS_ATTEMPTS {
             let next = u64_to_i64("conversation seq", i64_to_u64("last_seq", current)?.saturating_add(1))?;
             self.cover_bucket(tenant, conversation, seq_bucket(next), bound).await?;
             let result = session.execute_unpaged(&st.cas_seq, (next, t, c, current)).await;
+            let result = match result {
+                Err(e) if paxos_timed_out(&e) && attempt + 1 < MAX_CAS_ATTEMPTS => {
+                    contention_pause(attempt).await;
+                    continue;
+                }
+                other => other,
+            };
             let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
             if outcome.applied() {
                 return Ok(next);
