@@ -9,6 +9,7 @@ use crate::codec::{encode_event_group, i64_to_u64, u64_to_i64, LedgerItem, Reten
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UnixMillis, UserId};
 use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
+use crate::scylla::cql::{contention_pause, paxos_timed_out};
 
 /// The retention meta format this backend reads and writes (seed 000's V4 ledger semantics).
 const FORMAT_VERSION: i32 = 4;
@@ -386,7 +387,9 @@ impl ScyllaMailboxStore {
 
     /// Adds `days` to the user's ledger with one LWT on the meta row, dropping the days that
     /// expired (their proofs merged into the gap first). Re-reads and retries while another
-    /// writer moves the generation; stops when every day is listed.
+    /// writer moves the generation; stops when every day is listed. An LWT Paxos gave up on
+    /// (contention: its outcome unknown) is settled the same way, by the re-read after a
+    /// random pause: the days listed, or the generation where it was and the LWT sent again.
     async fn register_days(
         &self,
         tenant: &TenantId,
@@ -395,7 +398,7 @@ impl ScyllaMailboxStore {
         days: &BTreeMap<u32, (MailboxSeq, UnixMillis)>,
         now: UnixMillis,
     ) -> StoreResult<()> {
-        for _ in 0..MAX_ATTEMPTS {
+        for attempt in 0..MAX_ATTEMPTS {
             let missing: Vec<_> =
                 days.iter().filter(|(d, _)| !meta.ledger.items().iter().any(|i| i.day == **d)).collect();
             if missing.is_empty() {
@@ -433,8 +436,15 @@ impl ScyllaMailboxStore {
                         (&tenant.0[..], &user.0[..], FORMAT_VERSION, 1i64, &blob),
                     )
                     .await
-            }
-            .map_err(db("registering a retention day"))?;
+            };
+            let result = match result {
+                Err(e) if paxos_timed_out(&e) => {
+                    contention_pause(attempt).await;
+                    meta = self.read_meta(tenant, user).await?;
+                    continue;
+                }
+                other => other.map_err(db("registering a retention day"))?,
+            };
             if super::applied(result, "retention meta LWT")? {
                 return Ok(());
             }
