@@ -30,9 +30,30 @@ fn top() -> MailboxSeq {
     seq(1 << 40)
 }
 
+/// A shard no other test of this run uses. The suites of one run share a keyspace, and shard
+/// rows are keyed by the shard alone, so a random 16-bit shard per test collided now and then
+/// (a CI run failed on "offset 10 of shard 33028 was already observed as another dispatch": a
+/// few hundred shards per run make a collision likely by the birthday bound). Each test claims
+/// its shard by creating a file named after it in a directory of the run (the test runner's
+/// process, which every test process of the run has as its parent): `create_new` is atomic
+/// across processes. Starts at a random shard, so runs of other runners seldom meet either.
 fn fresh_shard() -> ShardId {
     let b = fresh_bytes();
-    ShardId(u16::from_be_bytes([b[6], b[7]]) ^ u16::from_be_bytes([b[14], b[15]]))
+    let start = u16::from_be_bytes([b[6], b[7]]) ^ u16::from_be_bytes([b[14], b[15]]);
+    let dir = std::env::temp_dir().join(format!("qim-test-shards-{}", std::os::unix::process::parent_id()));
+    if std::fs::create_dir_all(&dir).is_err() {
+        return ShardId(start);
+    }
+    for step in 0..=u16::MAX {
+        let shard = start.wrapping_add(step);
+        let claim = std::fs::OpenOptions::new().write(true).create_new(true).open(dir.join(shard.to_string()));
+        match claim {
+            Ok(_) => return ShardId(shard),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(_) => return ShardId(shard),
+        }
+    }
+    ShardId(start)
 }
 
 fn message(tenant: TenantId, n: u64) -> MessageRef {
