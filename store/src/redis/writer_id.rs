@@ -136,7 +136,7 @@ impl WriterIdLease {
         if renewed == 1 {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             if held.token == token {
-                held.valid_until = sent + self.valid_for();
+                held.valid_until = sent + valid_for(self.life);
             }
             return Ok(Renewal::Held(id));
         }
@@ -164,12 +164,12 @@ impl WriterIdLease {
             .map_err(|e| redis_error(&format!("releasing writer id {id}"), e))?;
         Ok(())
     }
+}
 
-    /// How long after sending a successful renewal the lease counts as valid here: its life
-    /// less a margin for Redis's clock running a little faster than ours.
-    fn valid_for(&self) -> Duration {
-        self.life - self.life / 10
-    }
+/// How long after sending a successful renewal (or the acquisition) a lease of `life` counts as
+/// valid here: its life less a margin for Redis's clock running a little faster than ours.
+fn valid_for(life: Duration) -> Duration {
+    life - life / 10
 }
 
 /// `<ns>:{writerids}:<n>`.
@@ -199,7 +199,7 @@ async fn take_free(con: &RedisConnection, ns: &str, life: Duration) -> StoreResu
             .await
             .map_err(|e| redis_error(&format!("taking writer id {id}"), e))?;
         if taken.is_some() {
-            return Ok(Held { id, token, valid_until: sent + (life - life / 10) });
+            return Ok(Held { id, token, valid_until: sent + valid_for(life) });
         }
     }
     Err(StoreError::Unavailable { message: format!("all {WRITER_IDS} writer ids are held"), source: None })
