@@ -273,7 +273,7 @@ mod cql_specific {
         let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap());
         session
             .query_unpaged(
-                format!("DELETE FROM {ks}.mailbox_retention_bucket_v2 WHERE tenant_id = ? AND user_id = ?"),
+                format!("DELETE FROM {ks}.mailbox_retention_bucket_v3 WHERE tenant_id = ? AND user_id = ?"),
                 (&t.0[..], &u.0[..]),
             )
             .await
@@ -317,7 +317,7 @@ mod cql_specific {
         session
             .query_unpaged(
                 format!(
-                    "UPDATE {ks}.mailbox_retention_bucket_v2 USING TIMESTAMP ? SET max_seq = ? \
+                    "UPDATE {ks}.mailbox_retention_bucket_v3 USING TIMESTAMP ? SET max_seq = ? \
                      WHERE tenant_id = ? AND user_id = ? AND expiry_day = ? AND epoch = ?"
                 ),
                 (
@@ -351,10 +351,10 @@ mod cql_specific {
     }
 
     /// A live day the ledger lists without its bucket proof fails the next registration (which
-    /// folds every live day's proof), and an expired one every read, up to the end of the
-    /// proofs' slack: seed 000's `CorruptEntry` for a missing proof.
+    /// folds every live day's proof), and an expired one every read, however long ago it
+    /// expired: seed 000's `CorruptEntry` for a missing proof (proofs have no TTL while listed).
     #[tokio::test]
-    async fn a_missing_proof_fails_closed_until_its_ttl_could_have_run_out() {
+    async fn a_missing_proof_fails_closed_however_long_ago_its_day_expired() {
         let clock = Arc::new(ManualClock::new(T0));
         let (store, session, ks) = open_store(MailboxRetention::default(), clock.clone()).await;
         let t = fresh_tenant();
@@ -363,7 +363,7 @@ mod cql_specific {
         store.append_batch(&[entry(9, day(1))]).await.unwrap();
         session
             .query_unpaged(
-                format!("DELETE FROM {ks}.mailbox_retention_bucket_v2 WHERE tenant_id = ? AND user_id = ?"),
+                format!("DELETE FROM {ks}.mailbox_retention_bucket_v3 WHERE tenant_id = ? AND user_id = ?"),
                 (&t.0[..], &u.0[..]),
             )
             .await
@@ -375,18 +375,9 @@ mod cql_specific {
         };
         let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap());
         missing("a registration folding the live day", store.append_batch(&[entry(10, day(2))]).await);
-        // The slack less a day (for clock skew) after the expiry, the proof could be gone by TTL.
-        let slack = (qim_store::scylla::mailbox::PROOF_TTL_SLACK_SECS - 86_400) * 1000;
-        for at in [day(1), day(1).plus_millis(30 * MILLIS_PER_DAY), day(1).plus_millis(slack - 1)] {
-            clock.set(at);
+        for days in [0, 30, 59, 60, 400] {
+            clock.set(day(1).plus_millis(days * MILLIS_PER_DAY));
             missing("a read of the expired day", store.range_scan(t, u, origin, top, 10).await.map(drop));
-        }
-        clock.set(day(1).plus_millis(slack));
-        match store.range_scan(t, u, origin, top, 10).await {
-            Err(qim_store::StoreError::CursorExpired { earliest }) => {
-                assert_eq!(earliest, MailboxSeq::new(EPOCH, 9).unwrap(), "the ledger stands in (DESIGN departure)")
-            }
-            other => panic!("expected CursorExpired past the slack, got {other:?}"),
         }
     }
 
@@ -417,40 +408,134 @@ mod cql_specific {
         assert_eq!((rest.groups.len(), rest.groups[0].seq), (300, MailboxSeq::new(EPOCH, 301).unwrap()));
     }
 
-    /// A user idle for longer than the proofs' slack stays available: the ledger items, folded
-    /// from the proofs at each registration, stand in for proofs gone by TTL. This is the
-    /// behaviour DESIGN.md keeps as its departure from seed 000 (which makes any missing proof
-    /// `CorruptEntry`): bucket proofs carry a TTL, only a registration drops expired ledger days,
-    /// so without it every user idle that long would fail for good.
+    /// A user idle for long stays available with the exact boundary: the proof of a listed day
+    /// has no TTL, so the entries written after the user's last registration still count.
+    /// The registration that drops the expired day gives its proof rows a short TTL.
     #[tokio::test]
-    async fn long_idle_users_stay_available_once_proofs_expired() {
+    async fn long_idle_users_keep_their_proofs_until_a_registration_drops_the_day() {
         let clock = Arc::new(ManualClock::new(T0));
         let (store, session, ks) = open_store(MailboxRetention::default(), clock.clone()).await;
         let t = fresh_tenant();
         let u = user(1);
         let entry = |n: u64, expires_at| proof_entry(t, u, n, expires_at);
         store.append_batch(&[entry(4, day(1))]).await.unwrap();
-        store.append_batch(&[entry(9, day(1))]).await.unwrap();
-        store.append_batch(&[entry(10, day(200))]).await.unwrap();
-        // The proofs' TTL ran out (simulated: the test clock does not move the server's).
-        session
+        store.append_batch(&[entry(9, day(1))]).await.unwrap(); // the ledger still says 4
+        clock.set(day(1).plus_millis(400 * MILLIS_PER_DAY));
+        let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap());
+        let nine = MailboxSeq::new(EPOCH, 9).unwrap();
+        match store.range_scan(t, u, origin, top, 10).await {
+            Err(qim_store::StoreError::CursorExpired { earliest }) => assert_eq!(earliest, nine, "the proof's seq"),
+            other => panic!("expected CursorExpired, got {other:?}"),
+        }
+        store.append_batch(&[entry(11, day(402))]).await.expect("a new day registers, dropping the expired one");
+        let ttls: Vec<Option<i32>> = session
             .query_unpaged(
-                format!("DELETE FROM {ks}.mailbox_retention_bucket_v2 WHERE tenant_id = ? AND user_id = ? AND expiry_day = ?"),
+                format!(
+                    "SELECT TTL(max_seq) FROM {ks}.mailbox_retention_bucket_v3 \
+                     WHERE tenant_id = ? AND user_id = ? AND expiry_day = ?"
+                ),
                 (&t.0[..], &u.0[..], day(1).day()),
             )
             .await
-            .unwrap();
-        clock.set(day(1).plus_millis(70 * MILLIS_PER_DAY));
-        let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap());
+            .unwrap()
+            .into_rows_result()
+            .unwrap()
+            .rows::<(Option<i32>,)>()
+            .unwrap()
+            .map(|r| r.unwrap().0)
+            .collect();
+        assert!(
+            !ttls.is_empty() && ttls.iter().all(|t| t.is_some_and(|t| t > 0 && t <= 86_400)),
+            "the dropped day's proof rows are retired with a day to live: {ttls:?}"
+        );
         match store.range_scan(t, u, origin, top, 10).await {
+            Err(qim_store::StoreError::CursorExpired { earliest }) => assert_eq!(earliest, nine, "now from the gap"),
+            other => panic!("expected CursorExpired, got {other:?}"),
+        }
+        let page = store.range_scan(t, u, nine, top, 10).await.unwrap();
+        assert_eq!(page.groups.iter().map(|g| g.seq.position()).collect::<Vec<_>>(), vec![11]);
+    }
+
+    /// A meta in the legacy format 4 (earlier builds, whose proofs were in the legacy table with
+    /// a TTL): its days' proofs are read from both tables; a proof gone past the legacy slack is
+    /// replaced by the ledger item; the next registration copies the live days' proofs into the
+    /// current table and writes the meta in format 5, after which a missing proof fails closed.
+    #[tokio::test]
+    async fn a_legacy_meta_is_read_as_before_and_upgraded_by_the_next_registration() {
+        let clock = Arc::new(ManualClock::new(T0));
+        let (store, session, ks) = open_store(MailboxRetention::default(), clock.clone()).await;
+        let t = fresh_tenant();
+        let (u, w) = (user(1), user(2));
+        let cql = |q: &str| q.replace("{ks}", &ks);
+        let set_format = |who: UserId, version: i32| {
+            let session = session.clone();
+            let q =
+                cql("UPDATE {ks}.mailbox_retention_meta SET format_version = ? WHERE tenant_id = ? AND user_id = ?");
+            async move { session.query_unpaged(q, (version, &t.0[..], &who.0[..])).await.unwrap() }
+        };
+        let (origin, top) = (MailboxSeq::origin(EPOCH), MailboxSeq::new(EPOCH, 100).unwrap());
+        // u: a live day whose legacy proof (9) is above the current table's (4).
+        store.append_batch(&[proof_entry(t, u, 4, day(200))]).await.unwrap();
+        let nine = MailboxSeq::new(EPOCH, 9).unwrap().as_u64() as i64;
+        let stamp = qim_store::scylla::mailbox::highest_wins_timestamp(nine);
+        session
+            .query_unpaged(
+                cql("INSERT INTO {ks}.mailbox_retention_bucket_v2 \
+                     (tenant_id, user_id, expiry_day, epoch, max_seq, expires_at) VALUES (?, ?, ?, ?, ?, ?) \
+                     USING TIMESTAMP ?"),
+                (&t.0[..], &u.0[..], day(200).day(), i32::from(EPOCH.0), nine, day(200).0, stamp),
+            )
+            .await
+            .unwrap();
+        set_format(u, 4).await;
+        store.append_batch(&[proof_entry(t, u, 10, day(300))]).await.expect("a registration of a legacy meta");
+        let format = session
+            .query_unpaged(
+                cql("SELECT format_version FROM {ks}.mailbox_retention_meta WHERE tenant_id = ? AND user_id = ?"),
+                (&t.0[..], &u.0[..]),
+            )
+            .await
+            .unwrap()
+            .into_rows_result()
+            .unwrap()
+            .single_row::<(i32,)>()
+            .unwrap();
+        assert_eq!(format.0, 5, "the registration writes the current format");
+        let copied = session
+            .query_unpaged(
+                cql("SELECT max_seq FROM {ks}.mailbox_retention_bucket_v3 \
+                     WHERE tenant_id = ? AND user_id = ? AND expiry_day = ?"),
+                (&t.0[..], &u.0[..], day(200).day()),
+            )
+            .await
+            .unwrap()
+            .into_rows_result()
+            .unwrap()
+            .single_row::<(i64,)>()
+            .unwrap();
+        assert_eq!(copied.0, nine, "the legacy proof was copied into the current table");
+
+        // w: an expired day whose proof is gone (its legacy TTL ran out, simulated).
+        store.append_batch(&[proof_entry(t, w, 4, day(1))]).await.unwrap();
+        store.append_batch(&[proof_entry(t, w, 9, day(1))]).await.unwrap(); // the ledger still says 4
+        session
+            .query_unpaged(
+                cql("DELETE FROM {ks}.mailbox_retention_bucket_v3 WHERE tenant_id = ? AND user_id = ?"),
+                (&t.0[..], &w.0[..]),
+            )
+            .await
+            .unwrap();
+        set_format(w, 4).await;
+        clock.set(day(1).plus_millis(70 * MILLIS_PER_DAY));
+        match store.range_scan(t, w, origin, top, 10).await {
             Err(qim_store::StoreError::CursorExpired { earliest }) => {
-                assert_eq!(earliest, MailboxSeq::new(EPOCH, 9).unwrap(), "the folded max of the expired day")
+                assert_eq!(earliest, MailboxSeq::new(EPOCH, 4).unwrap(), "the legacy ledger item stands in")
             }
             other => panic!("expected CursorExpired, got {other:?}"),
         }
-        let page = store.range_scan(t, u, MailboxSeq::new(EPOCH, 9).unwrap(), top, 10).await.unwrap();
-        assert_eq!(page.groups.iter().map(|g| g.seq.position()).collect::<Vec<_>>(), vec![10]);
-        store.append_batch(&[entry(11, day(201))]).await.expect("a new day registers despite the lost proof");
+        set_format(w, 5).await;
+        let e = store.range_scan(t, w, origin, top, 10).await.expect_err("the current format fails closed");
+        assert_eq!(e.kind(), qim_store::ErrorKind::CorruptEntry, "{e}");
     }
 
     /// A stale writer's lower watermark (lower write timestamp) can not move it back.

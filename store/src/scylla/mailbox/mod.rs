@@ -18,22 +18,26 @@
 //!   resurrection). Reads still filter on the injected clock: an expired group above the
 //!   boundary is `CorruptEntry`, as in the memory reference. Trimmed groups are not deleted (no
 //!   range deletes): reads never look below the trim, the TTL removes them.
-//! - `mailbox_retention_meta → (format_version = 4, ledger_generation, active_ledger)`: the
+//! - `mailbox_retention_meta → (format_version = 5, ledger_generation, active_ledger)`: the
 //!   [`RetentionLedger`](crate::codec::RetentionLedger) of live expiry days. Changed only by LWT
 //!   (`INSERT IF NOT EXISTS` / `UPDATE IF ledger_generation = ?`), and only when a batch brings a
 //!   day the ledger does not list yet; the same LWT drops the days that expired (after their
 //!   proofs were merged into the gap) and folds the live days' proofs into their items. A
 //!   ledger item's `max_seq` is therefore a lower bound (exact as of the user's last
 //!   registration); the current one is in the bucket proof.
-//! - `mailbox_retention_bucket_v2 (.., expiry_day, epoch) → max_seq`: the bucket proof, written
+//! - `mailbox_retention_bucket_v3 (.., expiry_day, epoch) → max_seq`: the bucket proof, written
 //!   before the ledger registration and before the entry, `USING TIMESTAMP`
 //!   [`highest_wins_timestamp`]`(seq)`, so the highest seq written into the day wins without a
-//!   read or a condition; `TTL` = time left until the
-//!   day's expiry plus [`PROOF_TTL_SLACK_SECS`], so it outlives its entries and its ledger item
-//!   can be inspected after the expiry. A day the ledger lists needs its proof, at least as high
-//!   as the ledger item (seed 000): a proof below it is `CorruptEntry`, and so is a missing one,
-//!   until the proof's own TTL could have run out; then (DESIGN.md's departure) the ledger item,
-//!   into which each registration LWT folds the live days' proofs, stands in for it.
+//!   read or a condition. No TTL while the ledger lists the day: a day the ledger lists needs
+//!   its proof, at least as high as the ledger item (seed 000), so a proof below it and a
+//!   missing one are `CorruptEntry`, however long the user was idle. The registration LWT that
+//!   drops an expired day then gives its rows [`RETIRED_PROOF_TTL_SECS`] to live (rewritten one
+//!   write timestamp higher), enough for a reader that read the ledger before that LWT.
+//! - `mailbox_retention_bucket_v2`: the proofs of metas in the legacy format 4 (earlier builds),
+//!   with a TTL of their day's expiry plus [`LEGACY_PROOF_TTL_SLACK_SECS`]. Read only for such a
+//!   meta, whose missing proof past that slack is taken as gone by TTL (the ledger item stands
+//!   in); the user's next registration copies its live days' proofs into the current table and
+//!   rewrites the meta in format 5.
 //! - `mailbox_floor → (trim, gap)`: two independent cells, each written with the seq's
 //!   [`highest_wins_timestamp`]:
 //!   the trim (from `truncate_before`) and the expired-gap boundary (from replays of expired
@@ -111,17 +115,13 @@
 //!   wins; the loser's later chunks fail (`Conflict`, the receipt seq is re-read per chunk) but chunks it
 //!   already wrote stay at its seq. Closing that window needs an LWT per dispatch, which DESIGN.md
 //!   rules out on the hot path.
-//! - A bucket proof lives [`PROOF_TTL_SLACK_SECS`] past its day's expiry, and only a
-//!   registration LWT drops expired days from the ledger, so the ledger of a user idle that long
-//!   still lists days whose proofs are gone by TTL. Seed 000 makes such a day `CorruptEntry`;
-//!   that would fail every later read of, and delivery to, the user for good, so (DESIGN.md's
-//!   departure) the ledger item, into which every registration LWT folds the live days' proofs,
-//!   stands in once the slack (less a day) passed. Its seq is exact as of the user's last
-//!   registration: a day written again after it (any later entry of an already listed day, such
-//!   as the rest of a user's last busy day before the silence) and left alone past the slack
-//!   yields a boundary below those later seqs, so a cursor between the two is answered with an
-//!   empty page instead of `CursorExpired`. Within the slack a missing proof is `CorruptEntry`,
-//!   and a proof below its ledger item always is (fail closed).
+//! - Proofs have no TTL while listed, and only a registration LWT drops expired days from the
+//!   ledger: a user who never writes again keeps its ledger's days' proof rows (at most 32, one
+//!   per listed day and epoch) for good, like its meta and floor rows. A writer that dies
+//!   between the LWT that dropped a day and the proof rows' retirement leaves them without TTL.
+//! - A meta still in the legacy format 4 (not registered since the upgrade) keeps the earlier
+//!   rule for its days: a proof gone by the legacy TTL is replaced by the ledger item, whose seq
+//!   is exact as of the user's last registration.
 //! - `gc_completed_dispatches` reads the shard log from its cursor up to the lowest watermark (at
 //!   most 100 000 sources per call), and again from the first dispatch it could not collect yet:
 //!   a dispatch observed again and again keeps the sources after it in every call's reading.
@@ -181,9 +181,12 @@ use crate::mailbox_store::{ChunkWrite, MailboxStore};
 /// Entries outlive their expiry (on the injected clock) by this much on the server, so a server
 /// clock ahead of ours can not drop a group the ledger still counts as live.
 pub const ENTRY_TTL_SLACK_SECS: i64 = 86_400;
-/// Bucket proofs outlive their day's expiry by this much, so a lazily inspected ledger day still
-/// finds its proof.
-pub const PROOF_TTL_SLACK_SECS: i64 = 60 * 86_400;
+/// Legacy bucket proofs (in `mailbox_retention_bucket_v2`, written by earlier builds) outlived
+/// their day's expiry by this much.
+pub const LEGACY_PROOF_TTL_SLACK_SECS: i64 = 60 * 86_400;
+/// A bucket proof row of a day a registration dropped lives this long after that registration,
+/// so a reader that read the ledger just before it still finds the proof.
+pub const RETIRED_PROOF_TTL_SECS: i32 = 86_400;
 /// Dispatch bookkeeping rows live this long after they are written.
 pub const DISPATCH_TTL_SECS: i32 = 14 * 86_400;
 /// Offsets per source bucket (`bucket = offset >> SOURCE_BUCKET_BITS`).

@@ -24,7 +24,13 @@ pub const MAILBOX_TABLES: &[&str] = &[
         tenant_id blob, user_id blob, format_version int, ledger_generation bigint, active_ledger blob, \
         PRIMARY KEY ((tenant_id, user_id)))",
     // Bucket proofs: highest seq written into one expiry day (per epoch). Last-write-wins with
-    // the seq as write timestamp, so the highest seq wins; TTL past the day's expiry.
+    // the seq as write timestamp, so the highest seq wins. No TTL while the ledger lists the
+    // day; the registration that drops the day gives its rows a short one.
+    "CREATE TABLE IF NOT EXISTS {ks}.mailbox_retention_bucket_v3 (\
+        tenant_id blob, user_id blob, expiry_day bigint, epoch int, max_seq bigint, expires_at bigint, \
+        PRIMARY KEY ((tenant_id, user_id), expiry_day, epoch))",
+    // The bucket proofs of metas in the legacy format 4 (earlier builds): the same rows with a
+    // TTL of the day's expiry plus 60 days. Read only for such metas; never written.
     "CREATE TABLE IF NOT EXISTS {ks}.mailbox_retention_bucket_v2 (\
         tenant_id blob, user_id blob, expiry_day bigint, epoch int, max_seq bigint, expires_at bigint, \
         PRIMARY KEY ((tenant_id, user_id), expiry_day, epoch))",

@@ -17,7 +17,9 @@ pub(super) struct Statements {
     pub(super) meta_insert_lwt: PreparedStatement,
     pub(super) meta_update_lwt: PreparedStatement,
     pub(super) bucket_insert: PreparedStatement,
+    pub(super) bucket_retire: PreparedStatement,
     pub(super) bucket_select_day: PreparedStatement,
+    pub(super) legacy_bucket_select_day: PreparedStatement,
     pub(super) floor_select: PreparedStatement,
     pub(super) floor_trim: PreparedStatement,
     pub(super) floor_gap: PreparedStatement,
@@ -85,16 +87,23 @@ impl Statements {
             meta_update_lwt: prepare(
                 session,
                 ks,
-                "UPDATE {ks}.mailbox_retention_meta SET ledger_generation = ?, active_ledger = ? \
+                "UPDATE {ks}.mailbox_retention_meta SET format_version = ?, ledger_generation = ?, active_ledger = ? \
                  WHERE tenant_id = ? AND user_id = ? IF ledger_generation = ?",
                 true,
             )
             .await?,
-            bucket_insert: p("INSERT INTO {ks}.mailbox_retention_bucket_v2 \
+            bucket_insert: p("INSERT INTO {ks}.mailbox_retention_bucket_v3 \
+                (tenant_id, user_id, expiry_day, epoch, max_seq, expires_at) VALUES (?, ?, ?, ?, ?, ?) \
+                USING TIMESTAMP ?")
+            .await?,
+            bucket_retire: p("INSERT INTO {ks}.mailbox_retention_bucket_v3 \
                 (tenant_id, user_id, expiry_day, epoch, max_seq, expires_at) VALUES (?, ?, ?, ?, ?, ?) \
                 USING TTL ? AND TIMESTAMP ?")
             .await?,
-            bucket_select_day: p("SELECT max_seq, expires_at FROM {ks}.mailbox_retention_bucket_v2 \
+            bucket_select_day: p("SELECT epoch, max_seq, expires_at FROM {ks}.mailbox_retention_bucket_v3 \
+                WHERE tenant_id = ? AND user_id = ? AND expiry_day = ?")
+            .await?,
+            legacy_bucket_select_day: p("SELECT epoch, max_seq, expires_at FROM {ks}.mailbox_retention_bucket_v2 \
                 WHERE tenant_id = ? AND user_id = ? AND expiry_day = ?")
             .await?,
             floor_select: p("SELECT trim, gap FROM {ks}.mailbox_floor WHERE tenant_id = ? AND user_id = ?").await?,

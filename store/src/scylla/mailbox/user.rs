@@ -4,24 +4,32 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use super::{db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, PROOF_TTL_SLACK_SECS};
+use super::{
+    db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, LEGACY_PROOF_TTL_SLACK_SECS,
+    RETIRED_PROOF_TTL_SECS,
+};
 use crate::codec::{encode_event_group, i64_to_u64, u64_to_i64, LedgerItem, RetentionLedger};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UnixMillis, UserId};
 use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
 use crate::scylla::cql::{contention_pause, paxos_timed_out};
 
-/// The retention meta format this backend reads and writes (seed 000's V4 ledger semantics).
-const FORMAT_VERSION: i32 = 4;
+/// The retention meta format this backend writes (seed 000's V4 ledger semantics): every day
+/// its ledger lists has its bucket proof, without TTL, in `mailbox_retention_bucket_v3`.
+const FORMAT_VERSION: i32 = 5;
+/// The format earlier builds wrote (read until the user's next registration rewrites the meta):
+/// the same ledger, its days' proofs in `mailbox_retention_bucket_v2` with a TTL of the day's
+/// expiry plus [`LEGACY_PROOF_TTL_SLACK_SECS`].
+const LEGACY_FORMAT_VERSION: i32 = 4;
 /// LWT attempts before a contended retention meta is reported `Unavailable`.
 const MAX_ATTEMPTS: usize = 32;
 /// Rows fetched per `range_scan` query.
 const SCAN_BATCH: usize = 256;
-/// After this long past its day's expiry (on the injected clock) a missing bucket proof is taken
-/// as expired by its TTL rather than lost: the proof slack less a day for clock skew. This is
-/// the one departure from seed 000's "a listed day without its proof is `CorruptEntry`"; see
-/// [`proven_max`] and DESIGN.md's departures.
-const PROOF_GONE_AFTER_MILLIS: i64 = (PROOF_TTL_SLACK_SECS - 86_400) * 1000;
+/// Legacy metas only: after this long past its day's expiry (on the injected clock) a missing
+/// bucket proof of a day listed by a meta in [`LEGACY_FORMAT_VERSION`] is taken as expired by
+/// the TTL earlier builds gave it, not lost: their proof slack less a day for clock skew. A
+/// meta in the current format never needs this (its proofs have no TTL while listed).
+const LEGACY_PROOF_GONE_AFTER_MILLIS: i64 = (LEGACY_PROOF_TTL_SLACK_SECS - 86_400) * 1000;
 /// Most per-user reads or commits of one batch in flight.
 const MAX_IN_FLIGHT: usize = 32;
 /// The longest TTL CQL accepts (20 years).
@@ -55,13 +63,18 @@ fn seq_from(what: &str, raw: i64) -> StoreResult<MailboxSeq> {
 /// - a proof at least as high as the ledger: the proof's seq (the ledger's is a lower bound,
 ///   folded at the user's last registration);
 /// - a proof below the ledger (regressed): `CorruptEntry`, never hidden by taking the higher;
-/// - no proof: `CorruptEntry` (a live day's proof always exists: it is written before its
-///   registration, with a TTL past the day's expiry); except, the departure DESIGN.md records,
-///   once [`PROOF_GONE_AFTER_MILLIS`] passed since the day's expiry: its proof is then gone by
-///   TTL, not lost, and the ledger's `max_seq` stands in for it, so a user idle for longer than
-///   the proofs' slack (whose ledger still lists the day, as only a registration drops expired
-///   days) stays readable and writable instead of failing for good.
-fn proven_max(user: &UserId, item: &LedgerItem, proof: Option<MailboxSeq>, now: UnixMillis) -> StoreResult<MailboxSeq> {
+/// - no proof: `CorruptEntry` (a listed day's proof always exists: it is written before its
+///   registration and has no TTL until a registration drops the day). Only for a meta `legacy`
+///   format ([`LEGACY_FORMAT_VERSION`], whose proofs earlier builds wrote with a TTL), once
+///   [`LEGACY_PROOF_GONE_AFTER_MILLIS`] passed since the day's expiry, is the proof taken as
+///   gone by that TTL and the ledger's `max_seq` (folded at the user's last registration) used.
+fn proven_max(
+    user: &UserId,
+    item: &LedgerItem,
+    proof: Option<MailboxSeq>,
+    now: UnixMillis,
+    legacy: bool,
+) -> StoreResult<MailboxSeq> {
     let listed = MailboxSeq::from_u64(item.max_seq).ok_or_else(|| {
         StoreError::CorruptEntry(format!("ledger of {user} day {}: max_seq has bit 63 set", item.day))
     })?;
@@ -71,7 +84,7 @@ fn proven_max(user: &UserId, item: &LedgerItem, proof: Option<MailboxSeq>, now: 
             "ledger of {user} lists expiry day {} up to seq {listed} but its bucket proof regressed to {proof}",
             item.day
         ))),
-        None if item.expiry.0.saturating_add(PROOF_GONE_AFTER_MILLIS) <= now.0 => Ok(listed),
+        None if legacy && item.expiry.0.saturating_add(LEGACY_PROOF_GONE_AFTER_MILLIS) <= now.0 => Ok(listed),
         None => Err(StoreError::CorruptEntry(format!(
             "ledger of {user} lists expiry day {} but its bucket proof is missing",
             item.day
@@ -118,12 +131,25 @@ impl ListedDays {
     }
 }
 
+/// One bucket proof row as read.
+#[derive(Clone, Copy, Debug)]
+struct ProofRow {
+    day: u32,
+    epoch: i32,
+    max_seq: MailboxSeq,
+    expires_at: UnixMillis,
+    /// Read from the legacy table.
+    legacy: bool,
+}
+
 /// A snapshot of one user's retention meta.
 #[derive(Clone, Debug, Default)]
 struct Meta {
     exists: bool,
     generation: i64,
     ledger: RetentionLedger,
+    /// In [`LEGACY_FORMAT_VERSION`]: its days' proofs may be in the legacy table, with a TTL.
+    legacy: bool,
 }
 
 /// One user's share of a batch: what to write and whether the ledger must change.
@@ -178,12 +204,18 @@ impl ScyllaMailboxStore {
             return Ok(Meta::default());
         };
         let corrupt = |why: String| StoreError::CorruptEntry(format!("mailbox retention meta of {user}: {why}"));
-        if version != Some(FORMAT_VERSION) {
-            return Err(corrupt(format!("format version {version:?} is not {FORMAT_VERSION}")));
-        }
+        let legacy = match version {
+            Some(FORMAT_VERSION) => false,
+            Some(LEGACY_FORMAT_VERSION) => true,
+            other => {
+                return Err(corrupt(format!(
+                    "format version {other:?} is neither {FORMAT_VERSION} nor {LEGACY_FORMAT_VERSION}"
+                )))
+            }
+        };
         let generation = generation.ok_or_else(|| corrupt("no ledger generation".into()))?;
         let ledger = RetentionLedger::decode(&ledger.ok_or_else(|| corrupt("no ledger".into()))?)?;
-        Ok(Meta { exists: true, generation, ledger })
+        Ok(Meta { exists: true, generation, ledger, legacy })
     }
 
     /// `(trim, gap)`, or `None` when the user has no floor row.
@@ -216,20 +248,83 @@ impl ScyllaMailboxStore {
         Ok(())
     }
 
-    /// The highest seq any bucket proof of `day` holds; `None` when there is none.
-    async fn proof_max(&self, tenant: &TenantId, user: &UserId, day: u32) -> StoreResult<Option<MailboxSeq>> {
-        let result = self
-            .session()
-            .execute_unpaged(&self.st().bucket_select_day, (&tenant.0[..], &user.0[..], i64::from(day)))
-            .await
-            .map_err(db("reading a bucket proof"))?;
-        let mut best = None;
-        for (max_seq, _) in rows::<(Option<i64>, Option<i64>)>(result, "bucket proof")? {
-            let max_seq = max_seq
-                .ok_or_else(|| StoreError::CorruptEntry(format!("bucket proof of {user} day {day} has no max_seq")))?;
-            best = best.max(Some(seq_from("bucket max_seq", max_seq)?));
+    /// Every bucket proof row of `day`; with `legacy` (a meta in the legacy format), the legacy
+    /// table's rows too.
+    async fn proof_rows(&self, tenant: &TenantId, user: &UserId, day: u32, legacy: bool) -> StoreResult<Vec<ProofRow>> {
+        let key = (&tenant.0[..], &user.0[..], i64::from(day));
+        let mut tables = vec![(&self.st().bucket_select_day, false)];
+        if legacy {
+            tables.push((&self.st().legacy_bucket_select_day, true));
         }
-        Ok(best)
+        let mut out = Vec::new();
+        for (statement, legacy) in tables {
+            let result = self.session().execute_unpaged(statement, key).await.map_err(db("reading a bucket proof"))?;
+            for (epoch, max_seq, expires_at) in rows::<(i32, Option<i64>, Option<i64>)>(result, "bucket proof")? {
+                let missing = || StoreError::CorruptEntry(format!("bucket proof of {user} day {day} lacks a column"));
+                let max_seq = seq_from("bucket max_seq", max_seq.ok_or_else(missing)?)?;
+                out.push(ProofRow {
+                    day,
+                    epoch,
+                    max_seq,
+                    expires_at: UnixMillis(expires_at.ok_or_else(missing)?),
+                    legacy,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The highest seq any bucket proof of `day` holds; `None` when there is none.
+    async fn proof_max(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        day: u32,
+        legacy: bool,
+    ) -> StoreResult<Option<MailboxSeq>> {
+        Ok(self.proof_rows(tenant, user, day, legacy).await?.into_iter().map(|r| r.max_seq).max())
+    }
+
+    /// Raises the proof of `(day, epoch)` to `seq` (no TTL: it lives while the ledger lists the
+    /// day). The seq is the write timestamp, so the highest write wins.
+    async fn write_proof(
+        &self,
+        tenant: &TenantId,
+        user: &UserId,
+        day: u32,
+        epoch: i32,
+        seq: MailboxSeq,
+        expiry: UnixMillis,
+    ) -> StoreResult<()> {
+        let s = seq_i("bucket max_seq", seq)?;
+        let values = (&tenant.0[..], &user.0[..], i64::from(day), epoch, s, expiry.0, highest_wins_timestamp(s));
+        self.session().execute_unpaged(&self.st().bucket_insert, values).await.map_err(db("writing a bucket proof"))?;
+        Ok(())
+    }
+
+    /// Gives the proof rows of days a registration dropped [`RETIRED_PROOF_TTL_SECS`] to live:
+    /// each rewritten with that TTL one write timestamp above its own, so it wins over the row
+    /// without TTL while any later proof write (a higher seq, only from a writer whose clock
+    /// still sees the day live) wins over it. Legacy rows expire by their own TTL.
+    async fn retire_proofs(&self, tenant: &TenantId, user: &UserId, retired: &[ProofRow]) -> StoreResult<()> {
+        for row in retired.iter().filter(|r| !r.legacy) {
+            let s = seq_i("bucket max_seq", row.max_seq)?;
+            let values = (
+                &tenant.0[..],
+                &user.0[..],
+                i64::from(row.day),
+                row.epoch,
+                s,
+                row.expires_at.0,
+                RETIRED_PROOF_TTL_SECS,
+                highest_wins_timestamp(s) + 1,
+            );
+            self.session()
+                .execute_unpaged(&self.st().bucket_retire, values)
+                .await
+                .map_err(db("retiring a bucket proof"))?;
+        }
+        Ok(())
     }
 
     /// The highest seq of every ledger day expired at `now`, each checked against its bucket
@@ -239,13 +334,13 @@ impl ScyllaMailboxStore {
         &self,
         tenant: &TenantId,
         user: &UserId,
-        ledger: &RetentionLedger,
+        meta: &Meta,
         now: UnixMillis,
     ) -> StoreResult<Option<MailboxSeq>> {
         let mut boundary = None;
-        for item in ledger.items().iter().filter(|i| i.expiry <= now) {
-            let proof = self.proof_max(tenant, user, item.day).await?;
-            boundary = boundary.max(Some(proven_max(user, item, proof, now)?));
+        for item in meta.ledger.items().iter().filter(|i| i.expiry <= now) {
+            let proof = self.proof_max(tenant, user, item.day, meta.legacy).await?;
+            boundary = boundary.max(Some(proven_max(user, item, proof, now, meta.legacy)?));
         }
         Ok(boundary)
     }
@@ -353,24 +448,7 @@ impl ScyllaMailboxStore {
             self.raise_gap(t, u, gap).await?;
         }
         for ((day, epoch), (seq, expiry)) in &plan.proofs {
-            let s = seq_i("bucket max_seq", *seq)?;
-            let ttl = ttl_secs(*expiry, now, PROOF_TTL_SLACK_SECS);
-            self.session()
-                .execute_unpaged(
-                    &self.st().bucket_insert,
-                    (
-                        &t.0[..],
-                        &u.0[..],
-                        i64::from(*day),
-                        i32::from(*epoch),
-                        s,
-                        expiry.0,
-                        ttl,
-                        highest_wins_timestamp(s),
-                    ),
-                )
-                .await
-                .map_err(db("writing a bucket proof"))?;
+            self.write_proof(t, u, *day, i32::from(*epoch), *seq, *expiry).await?;
         }
         if !plan.new_days.is_empty() {
             self.register_days(t, u, plan.meta.clone(), &plan.new_days, now).await?;
@@ -398,23 +476,42 @@ impl ScyllaMailboxStore {
         days: &BTreeMap<u32, (MailboxSeq, UnixMillis)>,
         now: UnixMillis,
     ) -> StoreResult<()> {
+        // The proof rows of the days the last LWT sent would drop: retired once it landed.
+        let mut dropping: Vec<ProofRow> = Vec::new();
         for attempt in 0..MAX_ATTEMPTS {
             let missing: Vec<_> =
                 days.iter().filter(|(d, _)| !meta.ledger.items().iter().any(|i| i.day == **d)).collect();
             if missing.is_empty() {
-                return Ok(());
+                // Listed by our LWT whose answer was lost, or by another writer's: retire what
+                // is no longer listed of what ours would have dropped.
+                dropping.retain(|r| !meta.ledger.items().iter().any(|i| i.day == r.day));
+                return self.retire_proofs(tenant, user, &dropping).await;
             }
             let mut ledger = meta.ledger.clone();
-            if let Some(gap) = self.expired_boundary(tenant, user, &ledger, now).await? {
+            // The expired days: their highest seq raises the gap before the LWT drops them.
+            dropping.clear();
+            let mut gap = None;
+            for item in ledger.items().iter().filter(|i| i.expiry <= now) {
+                let found = self.proof_rows(tenant, user, item.day, meta.legacy).await?;
+                let proof = found.iter().map(|r| r.max_seq).max();
+                gap = gap.max(Some(proven_max(user, item, proof, now, meta.legacy)?));
+                dropping.extend(found);
+            }
+            if let Some(gap) = gap {
                 self.raise_gap(tenant, user, gap).await?;
                 ledger.take_expired(now);
             }
             // Fold the live days' proofs into their ledger items, so the ledger itself knows each
-            // day's highest seq (up to writes after this LWT) once the proof's TTL has run out. A
-            // live day's proof must exist and not be below the ledger ([`proven_max`]).
+            // day's highest seq as of this LWT. A live day's proof must exist and not be below
+            // the ledger ([`proven_max`]). A legacy meta's proofs are copied into the current
+            // table first, so the meta this LWT writes in the current format finds every one.
             let live: Vec<_> = ledger.items().to_vec();
             for item in live {
-                let proof = proven_max(user, &item, self.proof_max(tenant, user, item.day).await?, now)?;
+                let found = self.proof_max(tenant, user, item.day, meta.legacy).await?;
+                let proof = proven_max(user, &item, found, now, meta.legacy)?;
+                if meta.legacy {
+                    self.write_proof(tenant, user, item.day, i32::from(proof.epoch().0), proof, item.expiry).await?;
+                }
                 ledger.register(proof.as_u64(), item.expiry).map_err(StoreError::InvariantViolation)?;
             }
             for (_, (seq, expiry)) in missing {
@@ -426,7 +523,7 @@ impl ScyllaMailboxStore {
                 self.session()
                     .execute_unpaged(
                         &self.st().meta_update_lwt,
-                        (meta.generation + 1, &blob, &tenant.0[..], &user.0[..], meta.generation),
+                        (FORMAT_VERSION, meta.generation + 1, &blob, &tenant.0[..], &user.0[..], meta.generation),
                     )
                     .await
             } else {
@@ -446,7 +543,7 @@ impl ScyllaMailboxStore {
                 other => other.map_err(db("registering a retention day"))?,
             };
             if super::applied(result, "retention meta LWT")? {
-                return Ok(());
+                return self.retire_proofs(tenant, user, &dropping).await;
             }
             meta = self.read_meta(tenant, user).await?;
         }
@@ -473,7 +570,8 @@ mod tests {
     }
 
     /// Seed 000's proof rule, decided without a server: a missing or regressed proof of a listed
-    /// day is `CorruptEntry`; only a proof gone by TTL after its slack is replaced by the ledger.
+    /// day is `CorruptEntry`, however long ago the day expired. Only a meta in the legacy format
+    /// (whose proofs had a TTL) takes the ledger's seq once that TTL could have run out.
     #[test]
     fn a_listed_day_needs_its_proof_at_least_as_high_as_the_ledger() {
         let user = UserId([2; 16]);
@@ -482,24 +580,30 @@ mod tests {
         let seq = |n: u64| MailboxSeq::from_u64(n).unwrap();
         let after = |millis: i64| UnixMillis(expiry.0 + millis);
         let kind = |r: StoreResult<MailboxSeq>| r.map_err(|e| e.kind());
-        for now in [UnixMillis(expiry.0 - 1), expiry, after(PROOF_GONE_AFTER_MILLIS + 1)] {
-            assert_eq!(proven_max(&user, &item, Some(seq(40)), now).unwrap(), seq(40), "equal to the ledger");
-            assert_eq!(proven_max(&user, &item, Some(seq(55)), now).unwrap(), seq(55), "above it: the proof's");
-            let regressed = proven_max(&user, &item, Some(seq(39)), now).unwrap_err();
-            assert_eq!(regressed.kind(), crate::ErrorKind::CorruptEntry, "at {now:?}");
-            assert!(regressed.to_string().contains("regressed"), "{regressed}");
+        let long_after = after(400 * MILLIS_PER_DAY);
+        for legacy in [false, true] {
+            for now in [UnixMillis(expiry.0 - 1), expiry, after(LEGACY_PROOF_GONE_AFTER_MILLIS + 1), long_after] {
+                assert_eq!(proven_max(&user, &item, Some(seq(40)), now, legacy).unwrap(), seq(40), "equal");
+                assert_eq!(proven_max(&user, &item, Some(seq(55)), now, legacy).unwrap(), seq(55), "the proof's");
+                let regressed = proven_max(&user, &item, Some(seq(39)), now, legacy).unwrap_err();
+                assert_eq!(regressed.kind(), crate::ErrorKind::CorruptEntry, "at {now:?}");
+                assert!(regressed.to_string().contains("regressed"), "{regressed}");
+            }
         }
-        // Missing: a live day's, and an expired day's within the proofs' slack.
-        for now in [UnixMillis(expiry.0 - 1), expiry, after(MILLIS_PER_DAY), after(PROOF_GONE_AFTER_MILLIS - 1)] {
-            let missing = proven_max(&user, &item, None, now).unwrap_err();
+        // Missing: always, in the current format.
+        for now in [UnixMillis(expiry.0 - 1), expiry, after(LEGACY_PROOF_GONE_AFTER_MILLIS), long_after] {
+            let missing = proven_max(&user, &item, None, now, false).unwrap_err();
             assert_eq!(missing.kind(), crate::ErrorKind::CorruptEntry, "at {now:?}");
             assert!(missing.to_string().contains("missing"), "{missing}");
         }
-        // The departure: past the slack the proof is gone by TTL and the ledger stands in.
-        assert_eq!(kind(proven_max(&user, &item, None, after(PROOF_GONE_AFTER_MILLIS))), Ok(seq(40)));
-        assert_eq!(kind(proven_max(&user, &item, None, after(400 * MILLIS_PER_DAY))), Ok(seq(40)));
+        // A legacy meta: within the old proofs' slack too; past it their TTL took them.
+        for now in [expiry, after(MILLIS_PER_DAY), after(LEGACY_PROOF_GONE_AFTER_MILLIS - 1)] {
+            assert_eq!(kind(proven_max(&user, &item, None, now, true)), Err(crate::ErrorKind::CorruptEntry));
+        }
+        assert_eq!(kind(proven_max(&user, &item, None, after(LEGACY_PROOF_GONE_AFTER_MILLIS), true)), Ok(seq(40)));
+        assert_eq!(kind(proven_max(&user, &item, None, long_after, true)), Ok(seq(40)));
         let bad = LedgerItem { max_seq: 1 << 63, ..item };
-        assert_eq!(kind(proven_max(&user, &bad, Some(seq(40)), expiry)), Err(crate::ErrorKind::CorruptEntry));
+        assert_eq!(kind(proven_max(&user, &bad, Some(seq(40)), expiry, false)), Err(crate::ErrorKind::CorruptEntry));
     }
 
     #[test]

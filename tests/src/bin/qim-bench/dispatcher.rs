@@ -458,8 +458,8 @@ async fn raw_scylla(
     let proof = Arc::new(
         session
             .prepare(format!(
-                "INSERT INTO {ks}.mailbox_retention_bucket_v2 (tenant_id, user_id, expiry_day, epoch, max_seq, \
-                 expires_at) VALUES (?, ?, ?, ?, ?, ?) USING TTL ? AND TIMESTAMP ?"
+                "INSERT INTO {ks}.mailbox_retention_bucket_v3 (tenant_id, user_id, expiry_day, epoch, max_seq, \
+                 expires_at) VALUES (?, ?, ?, ?, ?, ?) USING TIMESTAMP ?"
             ))
             .await?,
     );
@@ -481,10 +481,7 @@ async fn raw_scylla(
             let day = g.expires_at.0 / qim_store::ids::MILLIS_PER_DAY;
             let ttl = 40 * 86_400i32;
             session
-                .execute_unpaged(
-                    &proof,
-                    (&tenant.0[..], &u.0[..], day, 0i32, seq, g.expires_at.0, ttl, seq + i64::MIN + 1),
-                )
+                .execute_unpaged(&proof, (&tenant.0[..], &u.0[..], day, 0i32, seq, g.expires_at.0, seq + i64::MIN + 1))
                 .await?;
             session.execute_unpaged(&entry, (&tenant.0[..], &u.0[..], seq, encode_event_group(&g), ttl)).await?;
             Ok(())

@@ -22,7 +22,7 @@ impl ScyllaMailboxStore {
             return Ok(MailboxPage { groups: Vec::new(), covered: up_to });
         }
         let (trim, gap) = floor.unwrap_or_default();
-        let expired = self.expired_boundary(&tenant, &user, &meta.ledger, now).await?;
+        let expired = self.expired_boundary(&tenant, &user, &meta, now).await?;
         if let Some(boundary) = trim.max(gap).max(expired) {
             if after < boundary {
                 return Err(StoreError::CursorExpired { earliest: boundary });
