@@ -171,6 +171,7 @@ macro_rules! mailbox_store_contract_suite {
             watermark_never_passes_incomplete_work_or_moves_back,
             lanes_advanced_together_answer_like_one_by_one,
             duplicate_observations_hold_the_watermark_until_complete,
+            a_source_hole_holds_the_lanes_it_touches_until_filled,
             gc_collects_only_dispatches_every_lane_passed,
             fenced_writes_in_the_shards_incarnation_act_like_unfenced_ones,
         );

@@ -284,3 +284,85 @@ pub async fn gc_collects_only_dispatches_every_lane_passed(h: &dyn MailboxHarnes
     assert_eq!(store.gc_completed_dispatches(shard, later, 100).await.unwrap(), 1);
     assert_eq!(store.dispatch_progress(m.id).await.unwrap(), None);
 }
+
+/// Seed 000's source-hole gate on any backend (the contract suite runs it without a fault).
+pub async fn a_source_hole_holds_the_lanes_it_touches_until_filled(h: &dyn MailboxHarness) {
+    let (store, _) = open(h).await;
+    source_hole_holds_lanes_until_filled(store.as_ref(), async {}).await;
+}
+
+/// What [`source_hole_holds_lanes_until_filled`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceHoleFigures {
+    /// Lanes the hole held below its offset while the sources after it were complete.
+    pub held: usize,
+    /// Lanes that went past the hole (it had no unfinished work in them).
+    pub passed: usize,
+}
+
+/// Seed 000's source-hole gate: dispatches observed at offsets 10, 11 and 12 of one shard; the
+/// ones at 10 and 12 finish all their lanes, the one at 11 only one of three (a hole in the
+/// shard's completed sources). Advancing all 64 lanes to 12 leaves the two lanes with unfinished
+/// work at 11 below it (`Conflict`), however complete the source after it is, and takes every
+/// other lane to 12. Once the hole is filled the held lanes reach 12 too, and every recipient
+/// reads all three entries. `during` runs once the hole is made, before any lane advances: the
+/// three-node gate kills a Cassandra node there.
+pub async fn source_hole_holds_lanes_until_filled(
+    store: &dyn MailboxStore,
+    during: impl std::future::Future<Output = ()>,
+) -> SourceHoleFigures {
+    let (t, shard) = (fresh_tenant(), fresh_shard());
+    let (done, held) = ([lane(1), lane(4)], [lane(2), lane(3)]);
+    let in_lane = |l: LaneId| users_in_lane(t, l, 1)[0];
+    let everyone: Vec<UserId> = [done[0], held[0], held[1], done[1]].into_iter().map(in_lane).collect();
+    let before = manifest(t, shard, everyone.clone());
+    let hole = manifest(t, shard, vec![in_lane(held[0]), in_lane(held[1]), in_lane(done[1])]);
+    let after = manifest(t, shard, everyone.clone());
+    let receipts = [
+        store.begin_dispatch(EPOCH, &before, 10).await.expect("begin at 10"),
+        store.begin_dispatch(EPOCH, &hole, 11).await.expect("begin at 11"),
+        store.begin_dispatch(EPOCH, &after, 12).await.expect("begin at 12"),
+    ];
+    for (receipt, m) in [(&receipts[0], &before), (&receipts[2], &after)] {
+        for l in LaneId::all() {
+            complete_lane(store, receipt, m, l).await;
+        }
+    }
+    complete_lane(store, &receipts[1], &hole, done[1]).await;
+    during.await;
+
+    let targets: Vec<(LaneId, u64)> = LaneId::all().map(|l| (l, 12)).collect();
+    let results = store.advance_watermarks(shard, &targets).await;
+    assert_eq!(results.len(), targets.len(), "one result per lane");
+    let mut figures = SourceHoleFigures { held: 0, passed: 0 };
+    for ((l, _), result) in targets.iter().zip(results) {
+        if held.contains(l) {
+            assert_kind(result, ErrorKind::Conflict, "a lane with unfinished work at offset 11");
+            let through = store.lane_watermark(shard, *l).await.expect("read a held lane").through;
+            assert!(through.is_none_or(|w| w < 11), "lane {} passed the hole: {through:?}", l.get());
+            figures.held += 1;
+        } else {
+            assert_eq!(result.expect("a lane without unfinished work advances").through, Some(12));
+            figures.passed += 1;
+        }
+    }
+    for l in held {
+        complete_lane(store, &receipts[1], &hole, l).await;
+    }
+    let results = store.advance_watermarks(shard, &held.map(|l| (l, 12))).await;
+    let moved: Vec<Option<u64>> =
+        results.into_iter().map(|r| r.expect("the filled hole lets lanes pass").through).collect();
+    assert_eq!(moved, vec![Some(12), Some(12)]);
+    for l in LaneId::all() {
+        assert_eq!(store.lane_watermark(shard, l).await.expect("read a lane").through, Some(12));
+    }
+    for (i, u) in everyone.iter().enumerate() {
+        let page = store.range_scan(t, *u, origin(), top(), 10).await.expect("range_scan");
+        let mut want = vec![receipts[0].seq, receipts[2].seq];
+        if i > 0 {
+            want.insert(1, receipts[1].seq);
+        }
+        assert_eq!(page.groups.iter().map(|g| g.seq).collect::<Vec<_>>(), want, "entries of recipient {i}");
+    }
+    figures
+}
