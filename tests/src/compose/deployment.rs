@@ -93,32 +93,63 @@ pub struct Profile {
     pub scylla_nodes: usize,
     /// The replication factor our services must use in it.
     pub rf: u32,
+    /// How many Redpanda brokers the profile starts.
+    pub brokers: usize,
+    /// The replication factor its Kafka topics are created with.
+    pub kafka_rf: u32,
 }
 
 /// The profiles the README documents.
 pub const PROFILES: &[Profile] = &[
-    Profile { name: "dev", vars: &[], scylla_nodes: 1, rf: 1 },
+    Profile { name: "dev", vars: &[], scylla_nodes: 1, rf: 1, brokers: 1, kafka_rf: 1 },
     Profile {
         name: "rf3",
         vars: &[
             ("SCYLLA_RF", "3"),
             ("SCYLLA_DEV_SINGLE_NODE", "false"),
             ("SCYLLA_HOSTS", "scylla-1:9042,scylla-2:9042,scylla-3:9042"),
+            ("KAFKA_RF", "3"),
+            ("KAFKA_BROKERS", "redpanda-1:9092,redpanda-2:9092,redpanda-3:9092"),
         ],
         scylla_nodes: 3,
         rf: 3,
+        brokers: 3,
+        kafka_rf: 3,
     },
 ];
 
 /// The only variables the compose file may interpolate (compose-level knobs, not container
 /// variables).
-pub const COMPOSE_VARS: &[&str] = &["SCYLLA_RF", "SCYLLA_HOSTS", "SCYLLA_DEV_SINGLE_NODE", "QIM_AUTH_HS256_SECRET"];
+pub const COMPOSE_VARS: &[&str] =
+    &["SCYLLA_RF", "SCYLLA_HOSTS", "SCYLLA_DEV_SINGLE_NODE", "KAFKA_RF", "KAFKA_BROKERS", "QIM_AUTH_HS256_SECRET"];
 
-/// The rf3-only service that refuses to start the stack unless `SCYLLA_RF=3`.
-pub const RF3_GUARD: &str = "scylla-rf3-check";
+/// An rf3-only one-shot that refuses to let the stack start unless the compose-level variables
+/// of the profile are set: Compose can not tie a value to a profile.
+pub struct Guard {
+    /// The guard service.
+    pub service: &'static str,
+    /// The service that waits for it to complete successfully (and so everything after that).
+    pub waiter: &'static str,
+    /// The variables of the rf3 profile it checks: without any one of them it must fail.
+    pub vars: &'static [&'static str],
+}
+
+/// The rf3 guards: Scylla's replication factor before the migration, the Kafka replication
+/// factor and bootstrap list before the topics are created.
+pub const RF3_GUARDS: &[Guard] = &[
+    Guard { service: "scylla-rf3-check", waiter: MIGRATE, vars: &["SCYLLA_RF"] },
+    Guard { service: "redpanda-rf3-check", waiter: TOPIC_INIT, vars: &["KAFKA_RF", "KAFKA_BROKERS"] },
+];
 
 /// Every Scylla node is seeded from this one.
 pub const SCYLLA_SEED: &str = "scylla-1";
+
+/// The Redpanda broker that founds the cluster (it has no seeds); every other broker is seeded
+/// from it.
+pub const REDPANDA_ROOT: &str = "redpanda-1";
+
+/// The one-shot that sets the Redpanda cluster up and creates the topics.
+pub const TOPIC_INIT: &str = "redpanda-init";
 
 /// The command the README must give for the dev profile.
 pub const UP_DEV: &str = "docker compose -f deploy/compose/docker-compose.yml --profile dev up --build";

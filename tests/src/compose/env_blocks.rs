@@ -45,7 +45,7 @@ pub const SETTINGS: &[Setting] = &[
     set("QIM_SCYLLA_DEV_SINGLE_NODE", "${SCYLLA_DEV_SINGLE_NODE:-true}"),
     set("QIM_DEFAULT_HISTORY_RETENTION_DAYS", "30"),
     set("QIM_HOT_WINDOW_DAYS", "7"),
-    set("QIM_KAFKA_BROKERS", "redpanda:9092"),
+    set("QIM_KAFKA_BROKERS", "${KAFKA_BROKERS:-redpanda-1:9092}"),
     set("QIM_MESSAGES_TOPIC", "qim.messages.v1"),
     set("QIM_WRITER_HTTP_ADDR", "0.0.0.0:8080"),
     Setting {

@@ -4,14 +4,15 @@
 //! Nothing here starts a container or talks to a server. The compose file is read by the
 //! Compose specification's own loader (compose-go, `deploy/compose/load`, built once with
 //! `go build`); the checks compare what it resolved with the code (the other process started is
-//! `sh -c`, to run the rf3 guard script).
+//! `sh -c`, to run the rf3 guard scripts).
 //!
 //! - [`project`]: the compose file as the loader resolves it, one [`project::Project`] per set of
 //!   profiles ([`Compose`]), and the helpers that read scalars, lists and `--flag value` pairs;
 //! - [`service`]: one service's `environment`, `ports`, `volumes` and `depends_on`, and the
 //!   addresses found in its variables;
 //! - [`dockerfile`]: the stages of a multi-stage Dockerfile;
-//! - [`topics`]: the topics a topic-init script creates with `rpk topic create`;
+//! - [`topics`]: the topics a topic-init script creates with `rpk topic create` and the cluster
+//!   properties it sets with `rpk cluster config set`;
 //! - [`deployment`]: what the deployment must consist of (our services, the profiles);
 //! - [`env_blocks`]: our services' `environment` blocks, generated from their definitions;
 //! - [`checks`]: the drift checks themselves, one concern per module, built on the above.

@@ -189,12 +189,22 @@ impl Project {
     /// The Scylla nodes, sorted: services running the `scylladb/scylla` image itself (no
     /// `entrypoint` override, so not a one-shot that merely reuses the image).
     pub fn scylla_nodes(&self) -> Vec<String> {
+        self.running_image("scylladb/scylla")
+    }
+
+    /// The Redpanda brokers, sorted: services running the `redpandadata/redpanda` image itself
+    /// (no `entrypoint` override, so not the topic init or a guard that reuses the image).
+    pub fn redpanda_brokers(&self) -> Vec<String> {
+        self.running_image("redpandadata/redpanda")
+    }
+
+    /// The services whose image names `image` and that run its own entrypoint, sorted.
+    fn running_image(&self, image: &str) -> Vec<String> {
         self.names()
             .into_iter()
             .filter(|n| {
                 let s = self.ours(n);
-                scalar_at(s, "image").is_some_and(|i| i.contains("scylladb/scylla"))
-                    && words(s.get("entrypoint")).is_empty()
+                scalar_at(s, "image").is_some_and(|i| i.contains(image)) && words(s.get("entrypoint")).is_empty()
             })
             .collect()
     }

@@ -15,22 +15,28 @@
 //! - HTTP listen addresses are `0.0.0.0:<documented default port>`, published and
 //!   health-checked (`/healthz`) on that same port;
 //! - the Kafka, Redis and Scylla addresses name services of the file, enabled in the profile
-//!   (and Redpanda advertises the broker address the services use);
+//!   (and Redpanda advertises the broker address the services use); every Kafka bootstrap list,
+//!   the topic init's included, names every broker of the profile;
 //! - the topic-init service creates every documented topic, the dispatch topic with exactly
-//!   `QIM_MAILBOX_SHARDS` partitions;
-//! - Redis runs with AOF; profile `dev` has one Scylla node and RF 1, profile `rf3` three nodes
-//!   and RF 3;
+//!   `QIM_MAILBOX_SHARDS` partitions, each with the profile's replication factor (and sets the
+//!   cluster's default and minimum replication factor to it);
+//! - Redis runs with AOF; profile `dev` has one Scylla node and RF 1 and one Redpanda broker,
+//!   profile `rf3` three nodes and RF 3 and three brokers in one cluster (distinct node ids,
+//!   addresses and volumes, seeded from the root broker);
+//! - the rf3 guards run in rf3 only, are waited for, and refuse the profile without its
+//!   variables;
 //! - start-up order holds in every profile: `depends_on` targets exist and their conditions can
 //!   be met.
 //!
-//! No servers and no Docker: file reads, the Go loader, and one `sh -c` to run the rf3 guard
-//! script.
+//! No servers and no Docker: file reads, the Go loader, and `sh -c` to run the rf3 guard
+//! scripts.
 //!
 //! The readers and the checks live in `qim_tests::compose` (one concern per module, see
 //! `checks`); each test below runs one check and fails with every problem it found.
 
 use qim_tests::compose::checks::{
-    backing, builds, environment, http, interpolation, redis, scylla, startup, topic_init,
+    backing, builds, environment, http, interpolation, redis, redpanda, rf3_guards, scylla, startup, topic_init,
+    topic_replication,
 };
 use qim_tests::compose::{compose_dir, env_blocks, read, report, Compose};
 use qim_tests::generated::bless_or_compare;
@@ -61,6 +67,11 @@ fn topic_init_creates_every_documented_topic_and_one_partition_per_shard() {
 }
 
 #[test]
+fn topics_get_the_profiles_replication_factor_and_no_topic_fewer() {
+    report("topic replication", topic_replication::check(Compose::load()));
+}
+
+#[test]
 fn redis_keeps_an_append_only_file_on_a_volume() {
     report("redis", redis::check(Compose::load()));
 }
@@ -68,6 +79,16 @@ fn redis_keeps_an_append_only_file_on_a_volume() {
 #[test]
 fn scylla_profiles_dev_has_one_node_and_rf3_three() {
     report("scylla", scylla::check(Compose::load()));
+}
+
+#[test]
+fn redpanda_profiles_dev_has_one_broker_and_rf3_a_cluster_of_three() {
+    report("redpanda", redpanda::check(Compose::load()));
+}
+
+#[test]
+fn rf3_guards_refuse_the_profile_without_its_variables() {
+    report("rf3 guards", rf3_guards::check(Compose::load()));
 }
 
 #[test]

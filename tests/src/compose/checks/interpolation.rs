@@ -1,5 +1,5 @@
-//! The compose file interpolates only the known compose-level variables, and the README shows
-//! the command line of each profile with the variables it sets.
+//! The compose file interpolates only the known compose-level variables, the README names each
+//! of them and shows the command line of each profile with the variables it sets.
 
 use std::collections::BTreeSet;
 
@@ -20,6 +20,11 @@ pub fn check(compose: &Compose) -> Vec<String> {
     }
 
     let readme = read(&compose_dir().join("README.md"));
+    for name in COMPOSE_VARS {
+        if !readme.contains(&format!("`{name}`")) {
+            problems.push(format!("README.md does not document the compose-level variable `{name}`"));
+        }
+    }
     if !readme.contains(UP_DEV) {
         problems.push(format!("README.md does not show `{UP_DEV}`"));
     }

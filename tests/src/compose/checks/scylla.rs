@@ -1,18 +1,16 @@
 //! Profile `dev` has one Scylla node and RF 1, profile `rf3` three nodes and RF 3, all seeded
-//! from the same node with a data volume each; the rf3 guard runs in rf3 only, is waited for
-//! by the migration and really refuses RF 1.
+//! from the same node with a data volume each (the rf3 guard is checked in
+//! [`super::rf3_guards`]).
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
-use crate::compose::deployment::{MIGRATE, PROFILES, RF3_GUARD, SCYLLA_SEED};
-use crate::compose::project::{flag, words, Project};
-use crate::compose::service::{depends_on, mounts};
+use crate::compose::deployment::{PROFILES, SCYLLA_SEED};
+use crate::compose::project::{flag, words};
+use crate::compose::service::mounts;
 use crate::compose::Compose;
 
-/// The Scylla profile and rf3-guard problems of `compose` (empty when there are none). Runs
-/// the guard's script with `sh -c`, once as profile rf3's variables resolve it and once as no
-/// variables do (a second load of the file).
+/// The Scylla profile problems of `compose` (empty when there are none), including a profile
+/// no service uses.
 pub fn check(compose: &Compose) -> Vec<String> {
     let mut problems = Vec::new();
     let every = compose.every();
@@ -51,44 +49,6 @@ pub fn check(compose: &Compose) -> Vec<String> {
                 Some(m) if data_volumes.insert(m.source.clone()) => {}
                 Some(m) => problems.push(format!("{node}: shares its data volume `{}` with another node", m.source)),
                 None => problems.push(format!("{node}: no volume mounted at /var/lib/scylla")),
-            }
-        }
-    }
-
-    // The rf3 guard: present only in rf3, waited for by migrate, and it really refuses RF 1.
-    match every.service(RF3_GUARD) {
-        None => problems.push(format!("service {RF3_GUARD} is missing")),
-        Some(guard) => {
-            if compose.profile("dev").has(RF3_GUARD) || !compose.profile("rf3").has(RF3_GUARD) {
-                problems.push(format!("{RF3_GUARD} must run in profile rf3 only"));
-            }
-            let waits = depends_on(every.ours(MIGRATE))
-                .into_iter()
-                .any(|d| d.name == RF3_GUARD && d.condition == "service_completed_successfully");
-            if !waits {
-                problems.push(format!("{MIGRATE} does not wait for {RF3_GUARD} to complete successfully"));
-            }
-            let entrypoint = words(guard.get("entrypoint"));
-            if entrypoint != ["/bin/sh", "-c"] {
-                problems.push(format!("{RF3_GUARD}: entrypoint {entrypoint:?}, expected [/bin/sh, -c]"));
-            }
-            let rf3 = PROFILES.iter().find(|p| p.name == "rf3").expect("rf3 is listed");
-            for (vars, should_pass) in [(rf3.vars, true), (&[][..], false)] {
-                let script = |p: &Project| words(p.ours(RF3_GUARD).get("command")).join(" ");
-                match Project::load(&["rf3"], vars).map(|p| script(&p)) {
-                    Ok(script) => {
-                        let passed =
-                            Command::new("sh").arg("-c").arg(&script).output().expect("run sh").status.success();
-                        if passed != should_pass {
-                            problems.push(format!(
-                                "{RF3_GUARD} with {vars:?}: {} but should {}",
-                                if passed { "passes" } else { "fails" },
-                                if should_pass { "pass" } else { "fail" }
-                            ));
-                        }
-                    }
-                    Err(e) => problems.push(format!("{RF3_GUARD}: {e}")),
-                }
             }
         }
     }

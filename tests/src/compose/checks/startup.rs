@@ -1,8 +1,9 @@
 //! Start-up order holds: the loader warns about nothing, the `depends_on` conditions can be met
-//! (a healthcheck to wait for, a one-shot that does not restart), and our services wait for the
-//! migration, the topics and Redis, restart and stop gracefully.
+//! (a healthcheck to wait for, a one-shot that does not restart), the topic init waits for every
+//! broker of the profile, and our services wait for the migration, the topics and Redis, restart
+//! and stop gracefully.
 
-use crate::compose::deployment::{MIGRATE, OURS};
+use crate::compose::deployment::{MIGRATE, OURS, PROFILES};
 use crate::compose::project::scalar_at;
 use crate::compose::service::{depends_on, effective, env_of, redis_host_port};
 use crate::compose::Compose;
@@ -33,6 +34,20 @@ pub fn check(compose: &Compose) -> Vec<String> {
                 let restart = scalar_at(target, "restart").unwrap_or_else(|| "no".into());
                 if restart != "no" {
                     problems.push(format!("{name}: waits for {} to complete, but it restarts ({restart})", dep.name));
+                }
+            }
+        }
+    }
+
+    // The topic init waits for every broker of the profile: before all have joined, a topic
+    // can not get its replicas (and Redpanda would give its consumer-offsets topic RF 1).
+    for profile in PROFILES {
+        let project = compose.profile(profile.name);
+        for init in project.topic_init_services() {
+            let deps = depends_on(project.ours(&init));
+            for broker in project.redpanda_brokers() {
+                if !deps.iter().any(|d| d.name == broker && d.condition == "service_healthy") {
+                    problems.push(format!("{init} [{}]: does not wait for {broker} to be healthy", profile.name));
                 }
             }
         }
