@@ -68,6 +68,15 @@ impl ServiceKind {
         }
     }
 
+    /// The variable that sets the address its HTTP server listens on.
+    pub fn http_addr_var(self) -> &'static str {
+        match self {
+            ServiceKind::Writer => "QIM_WRITER_HTTP_ADDR",
+            ServiceKind::Archiver => "QIM_ARCHIVER_HTTP_ADDR",
+            ServiceKind::Dispatcher => "QIM_DISPATCHER_HTTP_ADDR",
+        }
+    }
+
     /// A short lowercase name for logs and file names.
     pub fn name(self) -> &'static str {
         match self {

@@ -30,6 +30,8 @@ pub struct Service {
 impl Service {
     /// Spawns `kind` with `env.service_env(kind)` plus `extra_env` (later values win), stdout
     /// and stderr appended to `<run dir>/<kind>.log`, and waits until `/readyz` answers 200.
+    /// An HTTP address in `extra_env` ([`ServiceKind::http_addr_var`]) is the instance's for
+    /// good: its [`base_url`](Self::base_url), and kept by [`restart`](Self::restart).
     ///
     /// # Errors
     ///
@@ -41,11 +43,18 @@ impl Service {
         env: &PipelineEnv,
         extra_env: &[(&str, &str)],
     ) -> anyhow::Result<Service> {
+        let mut own_env = env.service_env(kind);
+        let mut base_url = env.base_url(kind);
+        if let Some((var, addr)) = extra_env.iter().rev().find(|(k, _)| *k == kind.http_addr_var()) {
+            own_env.retain(|(k, _)| k != var);
+            own_env.push(((*var).to_owned(), (*addr).to_owned()));
+            base_url = format!("http://{addr}");
+        }
         let mut service = Service {
             kind,
             binary: bins.path(kind).to_path_buf(),
-            env: env.service_env(kind),
-            base_url: env.base_url(kind),
+            env: own_env,
+            base_url,
             log: env.run_dir.join(format!("{}.log", kind.name())),
             child: None,
             starts: 0,

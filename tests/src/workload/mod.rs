@@ -38,6 +38,15 @@ pub struct Ack {
     pub created_at: i64,
 }
 
+impl Ack {
+    /// The writer id (ten bits) its message id carries (`qim_writer::message_ids`: Redis mode's
+    /// leased id; random bits in Scylla mode); `None` when the id is not 16 bytes of hex.
+    pub fn writer_id(&self) -> Option<u16> {
+        let bytes = hex::decode(&self.message_id).ok().filter(|b| b.len() == 16)?;
+        Some(u16::from_be_bytes([bytes[6], bytes[7]]) & 0x0fff)
+    }
+}
+
 /// How the workload went.
 #[derive(Debug, Default)]
 pub struct Report {

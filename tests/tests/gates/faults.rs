@@ -4,6 +4,7 @@
 //! duplicated logically, no seq is issued twice, every lane watermark is consistent (the
 //! checker); the figures are printed.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use qim_tests::checker::{self, CheckInput};
@@ -58,6 +59,8 @@ async fn under_load_with(node: &str, label: &str) {
         latencies.last().copied().unwrap_or_default(),
     );
     assert!(verdict.is_ok(), "{verdict}");
+    let writers: HashSet<Option<u16>> = report.acks.iter().map(|a| a.writer_id()).collect();
+    assert_eq!(writers.len(), 2, "both writer instances answered sends, each under its leased id: {writers:?}");
     assert_eq!(verdict.counts.acked, total);
     assert_eq!((verdict.counts.lost, verdict.counts.logical_duplicates), (0, 0));
     assert_eq!(verdict.counts.mailbox_entries, verdict.counts.expected_mailbox_entries);

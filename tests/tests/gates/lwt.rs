@@ -19,6 +19,7 @@ async fn lwt_contention_from_two_scylla_writers_never_shares_a_seq_even_with_a_n
     let first = Service::start(ServiceKind::Writer, &bins, &env, SCYLLA).await.expect("the first writer starts");
     let second = another(ServiceKind::Writer, &bins, &env, SCYLLA).await;
     let bases = [first.base_url().to_owned(), second.base_url().to_owned()];
+    assert_ne!(bases[0], bases[1], "two instances, each at its own address");
 
     // One conversation, every send contended by both instances; every third retried on the
     // other instance.

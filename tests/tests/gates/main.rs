@@ -8,6 +8,7 @@
 //! README's full run uses more).
 
 mod faults;
+mod holes;
 mod lwt;
 mod ring;
 mod support;

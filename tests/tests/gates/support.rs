@@ -18,13 +18,8 @@ pub async fn ring_env(label: &str) -> PipelineEnv {
 /// One more instance of `kind` beside the run's first, on a port of its own; `extra` as for
 /// [`Service::start`].
 pub async fn another(kind: ServiceKind, bins: &ServiceBinaries, env: &PipelineEnv, extra: &[(&str, &str)]) -> Service {
-    let var = match kind {
-        ServiceKind::Writer => "QIM_WRITER_HTTP_ADDR",
-        ServiceKind::Archiver => "QIM_ARCHIVER_HTTP_ADDR",
-        ServiceKind::Dispatcher => "QIM_DISPATCHER_HTTP_ADDR",
-    };
     let addr = format!("127.0.0.1:{}", qim_testkit::ports::free_port());
-    let mut all: Vec<(&str, &str)> = vec![(var, addr.as_str())];
+    let mut all: Vec<(&str, &str)> = vec![(kind.http_addr_var(), addr.as_str())];
     all.extend_from_slice(extra);
     Service::start(kind, bins, env, &all).await.unwrap_or_else(|e| panic!("another {}: {e:#}", kind.name()))
 }

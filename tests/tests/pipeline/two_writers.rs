@@ -11,12 +11,6 @@ use qim_tests::checker::{self, CheckInput};
 use qim_tests::services::{Pipeline, PipelineEnv, Service, ServiceBinaries, ServiceKind};
 use qim_tests::workload::{self, Ack, Plan};
 
-/// The writer id (ten bits) a message id carries (`qim_writer::message_ids`).
-fn writer_id(message_id: &str) -> u16 {
-    let bytes = hex::decode(message_id).expect("a message id is hex");
-    u16::from_be_bytes([bytes[6], bytes[7]]) & 0x0fff
-}
-
 /// Per conversation, the acks by seq.
 fn by_conversation(acks: &[Ack]) -> BTreeMap<&str, BTreeMap<u64, &Ack>> {
     let mut out: BTreeMap<&str, BTreeMap<u64, &Ack>> = BTreeMap::new();
@@ -33,14 +27,14 @@ async fn two_writers_behind_one_address_answer_retries_alike_and_never_share_a_s
     let env = PipelineEnv::fresh("two-writers").await.expect("a fresh run (is the stack up?)");
     let pipeline = Pipeline::start(&bins, &env).await.expect("the pipeline starts");
     let port = qim_testkit::ports::free_port();
-    let (addr, base) = (format!("127.0.0.1:{port}"), format!("http://127.0.0.1:{port}"));
+    let addr = format!("127.0.0.1:{port}");
     let mut second = Service::start(ServiceKind::Writer, &bins, &env, &[("QIM_WRITER_HTTP_ADDR", addr.as_str())])
         .await
         .expect("a second writer starts beside the first");
 
     // Every second send retried: its first attempt on one instance, the retry on the other.
     let plan = Plan::generate(47, 160, 4, &[12], 2);
-    let bases = [pipeline.writer.base_url().to_owned(), base];
+    let bases = [pipeline.writer.base_url().to_owned(), second.base_url().to_owned()];
     let report = workload::run_behind(&bases, None, &plan, 8, true).await.expect("the workload runs");
     assert_eq!(report.acks.len(), 160);
     assert_eq!(report.retries_matched, 80, "every second send was retried");
@@ -54,7 +48,7 @@ async fn two_writers_behind_one_address_answer_retries_alike_and_never_share_a_s
     }
     let ids: HashSet<&str> = report.acks.iter().map(|a| a.message_id.as_str()).collect();
     assert_eq!(ids.len(), 160, "two sends got one message id");
-    let writers: HashSet<u16> = report.acks.iter().map(|a| writer_id(&a.message_id)).collect();
+    let writers: HashSet<u16> = report.acks.iter().map(|a| a.writer_id().expect("a 16-byte hex message id")).collect();
     assert_eq!(writers.len(), 2, "each instance mints under its own writer id: {writers:?}");
 
     pipeline.converge(&report.acks, Duration::from_secs(90)).await.expect("converges");
