@@ -5,7 +5,7 @@
 //! | table | key | holds |
 //! |---|---|---|
 //! | `message_commit` | `((tenant_id, sender_id, client_message_id))` | canonical request blob (stable identity), canonical commit blob, `state` (LWT condition), `created_at`, `committed_at` |
-//! | `conversation_sequence` | `((tenant_id, conversation_id))` | `last_seq`: the highest seq ever issued; moved only by CAS |
+//! | `conversation_sequence` | `((tenant_id, conversation_id))` | `last_seq`: the highest seq ever issued, and `last_created_at`: the `created_at` issued with it (the conversation's clock); moved together, only by CAS |
 //! | `message_record` | `((tenant_id, conversation_id, seq_bucket), conversation_seq)` | canonical `MessageRecord` blob; per-row TTL = remaining retention |
 //! | `history_index` | `((tenant_id, conversation_id), conversation_seq)` | `expires_at` (null: never); `published_partition`/`published_offset`: where the archiver read the record in `qim.messages.v1` (null when `put_record` wrote it); same TTL as its record |
 //! | `history_bucket` | `((tenant_id, conversation_id), seq_bucket)` | `max_expires_at`: an upper bound of the expiry of every record that can appear in the bucket (`i64::MAX`: never); highest value wins by write timestamp; TTL = that bound |
@@ -69,7 +69,7 @@ pub fn create_tables(keyspace: &str) -> Vec<String> {
         "message_commit (tenant_id blob, sender_id blob, client_message_id text, request_blob blob, \
          commit_blob blob, state int, created_at bigint, committed_at bigint, \
          PRIMARY KEY ((tenant_id, sender_id, client_message_id)))",
-        "conversation_sequence (tenant_id blob, conversation_id blob, last_seq bigint, \
+        "conversation_sequence (tenant_id blob, conversation_id blob, last_seq bigint, last_created_at bigint, \
          PRIMARY KEY ((tenant_id, conversation_id)))",
         "message_record (tenant_id blob, conversation_id blob, seq_bucket bigint, conversation_seq bigint, \
          record_blob blob, PRIMARY KEY ((tenant_id, conversation_id, seq_bucket), conversation_seq)) WITH gc_grace_seconds = 3600",

@@ -22,6 +22,7 @@ mod redis_message_contract;
 mod redis_seq_lease_edges;
 mod redis_writer_id;
 mod scylla_archive_ttl;
+mod scylla_created_at_clock;
 mod scylla_history_buckets;
 mod scylla_mailbox_contract;
 mod scylla_mailbox_lifecycle;

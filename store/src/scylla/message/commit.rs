@@ -64,11 +64,14 @@ impl ScyllaMessageStore {
             Found::Gone { request_blob, commit_blob } => Some((request_blob, commit_blob)),
             Found::Absent => None,
         };
-        let created_at = self.now();
-        // The recovery entry comes first: a crash after the LWT below leaves it for the scan.
+        // The seq comes with its `created_at`: ours, or the conversation's clock when another
+        // writer's is ahead (never below the previous seq's). A crash after it leaves a hole.
+        let (policy, retention) = (self.inner.policy, request.retention);
+        let bound = move |at: UnixMillis| bound_of(policy.expires_at(retention, at));
+        let (seq, created_at) = self.allocate_seq(key.tenant, request.conversation, self.now(), &bound).await?;
+        // The recovery entry (at the commit's `created_at`, which the scan compares) comes before
+        // the reserve LWT: a crash after that LWT leaves it for the scan.
         self.put_entry(created_at.0, key, false).await?;
-        let expires_at = self.inner.policy.expires_at(request.retention, created_at);
-        let seq = self.allocate_seq(key.tenant, request.conversation, bound_of(expires_at)).await?;
         if self.now().0.saturating_sub(created_at.0) > RESERVE_DEADLINE_MILLIS {
             // Past the deadline the recovery scan may already have fenced this entry (entries.rs).
             return Err(StoreError::Unavailable {

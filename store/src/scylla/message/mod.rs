@@ -73,8 +73,9 @@ use crate::message::{
 use crate::message_store::{GcReport, HistoryAuthorizer, MessageStore};
 use crate::retention::RetentionPolicy;
 
-/// A conversation's seq lock, holding the last `last_seq` this process saw (`None`: unknown).
-type SeqSlot = Arc<tokio::sync::Mutex<Option<i64>>>;
+/// A conversation's seq lock, holding the last `(last_seq, last_created_at)` this process saw
+/// (`None`: unknown).
+type SeqSlot = Arc<tokio::sync::Mutex<Option<(i64, Option<i64>)>>>;
 
 /// More cached seq slots than this and idle ones are dropped.
 const MAX_SEQ_SLOTS: usize = 10_000;

@@ -1,7 +1,7 @@
 //! Every CQL statement of the message store, prepared once at connect time.
 //!
 //! Consistency is set per statement, so it is visible next to the CQL:
-//! - LWTs (`IF NOT EXISTS`, `IF last_seq = ?`, `IF state = ?`, `IF request_blob = ? AND
+//! - LWTs (`IF NOT EXISTS`, `IF last_seq = ? AND last_created_at = ?`, `IF state = ?`, `IF request_blob = ? AND
 //!   commit_blob = ?`, `IF floor_bucket = ? AND pin = ?`, `IF high_water = ? AND holder = ?`): the first facts,
 //!   ordered state transitions, recovery fences, the history floor and the seq high-water mark; LOCAL_QUORUM plus serial consistency
 //!   LOCAL_SERIAL.
@@ -216,8 +216,8 @@ impl Statements {
                 session,
                 Lwt,
                 format!(
-                    "INSERT INTO {ks}.conversation_sequence (tenant_id, conversation_id, last_seq) \
-                     VALUES (?, ?, ?) IF NOT EXISTS"
+                    "INSERT INTO {ks}.conversation_sequence (tenant_id, conversation_id, last_seq, last_created_at) \
+                     VALUES (?, ?, ?, ?) IF NOT EXISTS"
                 ),
             )
             .await?,
@@ -225,8 +225,8 @@ impl Statements {
                 session,
                 Lwt,
                 format!(
-                    "UPDATE {ks}.conversation_sequence SET last_seq = ? WHERE tenant_id = ? AND conversation_id = ? \
-                     IF last_seq = ?"
+                    "UPDATE {ks}.conversation_sequence SET last_seq = ?, last_created_at = ? \
+                     WHERE tenant_id = ? AND conversation_id = ? IF last_seq = ? AND last_created_at = ?"
                 ),
             )
             .await?,

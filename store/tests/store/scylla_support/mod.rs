@@ -100,13 +100,26 @@ pub async fn connect(config: &ScyllaConfig) -> Session {
 /// A store in a fresh keyspace of its own, migrated now (a few seconds): for tests that move the
 /// recovery cursor with their own clock. The keyspace is dropped by a later run's sweep.
 pub async fn isolated_store(policy: RetentionPolicy, clock: Arc<dyn Clock>) -> ScyllaMessageStore {
+    isolated_stores(policy, vec![clock]).await.0.remove(0)
+}
+
+/// Like [`isolated_store`], one store per clock, all in one fresh keyspace (writers whose clocks
+/// differ), and that keyspace's settings.
+pub async fn isolated_stores(
+    policy: RetentionPolicy,
+    clocks: Vec<Arc<dyn Clock>>,
+) -> (Vec<ScyllaMessageStore>, ScyllaConfig) {
     let mut isolated = base_config().clone();
     isolated.keyspace = generated_test_keyspace();
-    let session = connect(&isolated).await;
-    migrate_retrying(&session, &isolated).await;
-    ScyllaMessageStore::with_session(session, &isolated, policy, clock)
-        .await
-        .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)))
+    migrate_retrying(&connect(&isolated).await, &isolated).await;
+    let mut stores = Vec::new();
+    for clock in clocks {
+        let store = ScyllaMessageStore::with_session(connect(&isolated).await, &isolated, policy, clock)
+            .await
+            .unwrap_or_else(|e| panic!("connecting the store: {}", describe(&e)));
+        stores.push(store);
+    }
+    (stores, isolated)
 }
 
 /// Opens Scylla stores in one file's [`Keyspace`] and keeps a typed handle to each, for sabotage
