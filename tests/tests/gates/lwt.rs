@@ -1,6 +1,7 @@
 //! Gate: LWT contention from two writer processes in Scylla mode on one conversation, with a
 //! Cassandra node killed half-way (an LWT at LOCAL_SERIAL and the writes at LOCAL_QUORUM still
-//! answer with one replica of three down).
+//! answer with one replica of three down): no seq shared, no key committed twice, `created_at`
+//! in seq order.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
@@ -47,6 +48,10 @@ async fn lwt_contention_from_two_scylla_writers_never_shares_a_seq_even_with_a_n
     for a in &acks {
         assert!(by_seq.insert(a.conversation_seq, a.message_id.clone()).is_none(), "seq {} shared", a.conversation_seq);
     }
+    // And `created_at` never goes back as the seq grows (the conversation's clock in the CAS).
+    let mut in_order: Vec<_> = acks.iter().map(|a| (a.conversation_seq, a.created_at)).collect();
+    in_order.sort();
+    assert!(in_order.windows(2).all(|w| w[0].1 <= w[1].1), "created_at went back: {in_order:?}");
     let keys: HashSet<&str> = acks.iter().map(|a| a.client_message_id.as_str()).collect();
     assert_eq!(keys.len(), 120);
     let conversation = &plan.conversations[0];
