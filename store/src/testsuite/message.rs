@@ -15,7 +15,9 @@ use crate::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
 use crate::{ErrorKind, MessageStore};
 
 mod history;
+mod skew;
 pub use history::*;
+pub use skew::*;
 
 fn policy() -> RetentionPolicy {
     RetentionPolicy::with_default_days(30).expect("30 days is legal")

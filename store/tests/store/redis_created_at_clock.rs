@@ -14,14 +14,14 @@ use qim_store::clock::ManualClock;
 use qim_store::error::StoreResult;
 use qim_store::ids::{ConversationId, TenantId, UnixMillis};
 use qim_store::memory::MemorySeqHighWater;
-use qim_store::message::{Commit, PublishedRecord};
+use qim_store::message::PublishedRecord;
 use qim_store::redis::message::RedisMessageStore;
 use qim_store::redis::{RecentRecords, RedisConfig, SeqLeases};
 use qim_store::retention::RetentionPolicy;
 use qim_store::testsuite::fixtures::{
     fresh_conversation, fresh_message_id, fresh_tenant, published, request, user, T0,
 };
-use qim_store::testsuite::message::commit_fully;
+use qim_store::testsuite::message::{commit_fully, skewed_writers_keep_created_at_in_seq_order};
 use qim_store::MessageStore;
 
 use crate::shared_redis::{cluster_url, unique_namespace, unreachable, url, wipe, Cleanup};
@@ -78,49 +78,11 @@ async fn pair(url: &str, cleanup: &Cleanup) -> Pair {
     Pair { fast, slow, clocks }
 }
 
-/// Asserts that `commits`, ordered by seq, never go back in `created_at`, naming the first pair
-/// that does.
-fn assert_never_backwards(mut commits: Vec<Commit>, context: &str) {
-    commits.sort_by_key(|c| c.intent.seq);
-    for w in commits.windows(2) {
-        let (a, b) = (&w[0].intent, &w[1].intent);
-        assert!(a.seq < b.seq, "{context}: seq {} issued twice", a.seq.0);
-        assert!(
-            a.created_at <= b.created_at,
-            "{context}: seq {} has created_at {} but the later seq {} has {}",
-            a.seq.0,
-            a.created_at.0,
-            b.seq.0,
-            b.created_at.0
-        );
-    }
-}
-
-async fn skewed_writers_keep_created_at_in_seq_order(url: &str) {
+async fn skewed_writers_on(url: &str) {
     let cleanup = Cleanup::default();
     let Pair { fast, slow, clocks } = pair(url, &cleanup).await;
-    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
-    let mut commits = Vec::new();
-    // Alternating, each clock moving on by a millisecond per send.
-    for n in 0..20 {
-        let store = if n % 2 == 0 { &fast } else { &slow };
-        let r = request(tenant, user(1 + n % 2), &format!("alt-{n}"), conversation, b"hi");
-        commits.push(commit_fully(store, &r).await);
-        clocks.iter().for_each(|c| c.advance(1));
-    }
-    // The slow writer's first send came after the fast one's: it took the fast one's time.
-    assert!(commits[1].intent.created_at >= commits[0].intent.created_at, "the slow writer went back");
-    // And at once, both writers sending together.
-    let sends = (0..40).map(|n| {
-        let store = if n % 2 == 0 { fast.clone() } else { slow.clone() };
-        let r = request(tenant, user(1 + n % 2), &format!("together-{n}"), conversation, b"hi");
-        tokio::spawn(async move { commit_fully(&store, &r).await })
-    });
-    for send in sends.collect::<Vec<_>>() {
-        commits.push(send.await.expect("a send task"));
-    }
-    assert_eq!(commits.len(), 60);
-    assert_never_backwards(commits, url);
+    let commits = skewed_writers_keep_created_at_in_seq_order([&fast, &slow], &clocks, 20).await;
+    let (tenant, conversation) = (commits[0].intent.request.key.tenant, commits[0].intent.request.conversation);
 
     // The slow writer's hybrid clock observed the fast one's time: a conversation it alone
     // writes to starts there, not 5 s back.
@@ -133,12 +95,12 @@ async fn skewed_writers_keep_created_at_in_seq_order(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_writers_keep_created_at_in_seq_order_on_one_server() {
-    skewed_writers_keep_created_at_in_seq_order(&url()).await;
+    skewed_writers_on(&url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_writers_keep_created_at_in_seq_order_on_the_cluster() {
-    skewed_writers_keep_created_at_in_seq_order(&cluster_url()).await;
+    skewed_writers_on(&cluster_url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

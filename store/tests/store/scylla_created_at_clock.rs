@@ -10,9 +10,8 @@ use std::sync::Arc;
 
 use qim_store::clock::{Clock, ManualClock};
 use qim_store::ids::UnixMillis;
-use qim_store::message::Commit;
 use qim_store::testsuite::fixtures::{fresh_conversation, fresh_message_id, fresh_tenant, request, user, T0};
-use qim_store::testsuite::message::commit_fully;
+use qim_store::testsuite::message::{commit_fully, skewed_writers_keep_created_at_in_seq_order};
 use qim_store::MessageStore;
 
 use crate::scylla_support::{connect, default_policy, isolated_stores};
@@ -31,45 +30,10 @@ async fn pair() -> ([qim_store::scylla::ScyllaMessageStore; 2], [Arc<ManualClock
     ([fast, slow], clocks, config)
 }
 
-/// Asserts that `commits`, ordered by seq, never go back in `created_at`.
-fn assert_never_backwards(mut commits: Vec<Commit>) {
-    commits.sort_by_key(|c| c.intent.seq);
-    for w in commits.windows(2) {
-        let (a, b) = (&w[0].intent, &w[1].intent);
-        assert!(a.seq < b.seq, "seq {} issued twice", a.seq.0);
-        assert!(
-            a.created_at <= b.created_at,
-            "seq {} has created_at {} but the later seq {} has {}",
-            a.seq.0,
-            a.created_at.0,
-            b.seq.0,
-            b.created_at.0
-        );
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_scylla_writers_keep_created_at_in_seq_order() {
     let ([fast, slow], clocks, _) = pair().await;
-    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
-    let mut commits = Vec::new();
-    for n in 0..10 {
-        let store = if n % 2 == 0 { &fast } else { &slow };
-        let r = request(tenant, user(1 + n % 2), &format!("alt-{n}"), conversation, b"hi");
-        commits.push(commit_fully(store, &r).await);
-        clocks.iter().for_each(|c| c.advance(1));
-    }
-    assert!(commits[1].intent.created_at >= commits[0].intent.created_at, "the slow writer went back");
-    let sends = (0..20).map(|n| {
-        let store = if n % 2 == 0 { fast.clone() } else { slow.clone() };
-        let r = request(tenant, user(1 + n % 2), &format!("together-{n}"), conversation, b"hi");
-        tokio::spawn(async move { commit_fully(&store, &r).await })
-    });
-    for send in sends.collect::<Vec<_>>() {
-        commits.push(send.await.expect("a send task"));
-    }
-    assert_eq!(commits.len(), 30);
-    assert_never_backwards(commits);
+    skewed_writers_keep_created_at_in_seq_order([&fast, &slow], &clocks, 10).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
