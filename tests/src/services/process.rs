@@ -31,7 +31,8 @@ impl Service {
     /// Spawns `kind` with `env.service_env(kind)` plus `extra_env` (later values win), stdout
     /// and stderr appended to `<run dir>/<kind>.log`, and waits until `/readyz` answers 200.
     /// An HTTP address in `extra_env` ([`ServiceKind::http_addr_var`]) is the instance's for
-    /// good: its [`base_url`](Self::base_url), and kept by [`restart`](Self::restart).
+    /// good: its [`base_url`](Self::base_url), kept by [`restart`](Self::restart), and its log
+    /// is `<kind>-<port>.log`.
     ///
     /// # Errors
     ///
@@ -45,17 +46,21 @@ impl Service {
     ) -> anyhow::Result<Service> {
         let mut own_env = env.service_env(kind);
         let mut base_url = env.base_url(kind);
+        let mut log = env.run_dir.join(format!("{}.log", kind.name()));
         if let Some((var, addr)) = extra_env.iter().rev().find(|(k, _)| *k == kind.http_addr_var()) {
             own_env.retain(|(k, _)| k != var);
             own_env.push(((*var).to_owned(), (*addr).to_owned()));
             base_url = format!("http://{addr}");
+            // An instance beside the run's own: a log of its own, named after its port.
+            let port = addr.rsplit(':').next().unwrap_or(addr);
+            log = env.run_dir.join(format!("{}-{port}.log", kind.name()));
         }
         let mut service = Service {
             kind,
             binary: bins.path(kind).to_path_buf(),
             env: own_env,
             base_url,
-            log: env.run_dir.join(format!("{}.log", kind.name())),
+            log,
             child: None,
             starts: 0,
         };

@@ -74,7 +74,8 @@ pub async fn reset_group_with_kafka_tool(brokers: &str, group: &str, topic: &str
 }
 
 /// Runs `kind`'s binary once with `args` (e.g. `["replay", "--from", "earliest"]`) in the run's
-/// environment and returns its stdout; stderr goes to the service's log.
+/// environment and returns its stdout; its stderr is kept as `<kind>-<first arg>.log` in the
+/// run's directory.
 ///
 /// # Errors
 ///
@@ -86,7 +87,6 @@ pub async fn run_command(
     args: &[&str],
 ) -> anyhow::Result<String> {
     let log_path = env.run_dir.join(format!("{}-{}.log", kind.name(), args.first().copied().unwrap_or("command")));
-    let log = std::fs::File::create(&log_path)?;
     let mut cmd = tokio::process::Command::new(bins.path(kind));
     cmd.args(args);
     for (k, _) in std::env::vars_os() {
@@ -94,11 +94,14 @@ pub async fn run_command(
             cmd.env_remove(k);
         }
     }
-    cmd.envs(env.service_env(kind)).stdin(Stdio::null()).stderr(log).stdout(Stdio::piped());
+    // `output()` pipes stdout and stderr whatever they were set to (tokio, unlike std): the
+    // log is written from what it captured.
+    cmd.envs(env.service_env(kind)).stdin(Stdio::null());
     let out = cmd.output().await.with_context(|| format!("running {} {}", kind.binary(), args.join(" ")))?;
+    std::fs::write(&log_path, &out.stderr).with_context(|| format!("writing {}", log_path.display()))?;
     if !out.status.success() {
-        let tail = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let tail: Vec<&str> = tail.lines().rev().take(20).collect();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
         bail!(
             "{} {} exited with {}:\n{}",
             kind.binary(),

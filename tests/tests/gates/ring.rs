@@ -63,6 +63,8 @@ async fn a_keyspace_whose_rf_or_dc_does_not_match_is_refused() {
         let migrate = run_command(ServiceKind::Writer, &bins, &wrong, &["migrate"]).await;
         let refusal = migrate.expect_err("migrate accepted a keyspace of other replication");
         println!("{keyspace} ({replication}, settings RF 3 in {dc}): migrate refused: {refusal:#}");
+        let refusal = format!("{refusal:#}");
+        assert!(refusal.contains(why), "migrate's refusal does not say why ({why}): {refusal}");
         let serve =
             Service::start(ServiceKind::Writer, &bins, &wrong, &[("QIM_STORE_BACKEND", "scylla")]).await.map(drop);
         let refusal = format!("{:#}", serve.expect_err("a writer served a keyspace of other replication"));
