@@ -109,7 +109,10 @@ async fn replay_leaves_the_archive_identical_and_counts_what_it_did() {
     assert_eq!(summary.records, total as u64);
     assert_eq!(summary.poison, 1);
     assert_eq!(summary.archived, records.len() as u64);
-    assert_eq!(summary.partitions, 2);
+    // The partitions that hold records: the conversations are random, so now and then (about
+    // one run in 64) every key hashes to one of the two.
+    let holding = (0..2).filter(|p| end_offset(&topic, *p) > 0).count();
+    assert_eq!(summary.partitions, holding);
     assert_eq!(progress, (total as u64, total as u64), "the last progress report is complete");
     wait_expired_gone(session, &ks, &records).await;
     let after = snapshot(session, &ks, &records).await;
