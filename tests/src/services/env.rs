@@ -159,7 +159,7 @@ impl PipelineEnv {
         ];
         match kind {
             ServiceKind::Writer => v.extend([
-                ("QIM_WRITER_HTTP_ADDR", format!("127.0.0.1:{}", self.writer_port)),
+                (kind.http_addr_var(), format!("127.0.0.1:{}", self.writer_port)),
                 // The harness drives the pipeline, not its API's authorization (the writer's and
                 // the dispatcher's `auth_matrix` tests do): no tokens, no rate limits.
                 ("QIM_AUTH_DISABLED", "true".into()),
@@ -168,14 +168,14 @@ impl PipelineEnv {
                 ("QIM_RECOVERY_INTERVAL_SECS", "1".into()),
             ]),
             ServiceKind::Archiver => v.extend([
-                ("QIM_ARCHIVER_HTTP_ADDR", format!("127.0.0.1:{}", self.archiver_port)),
+                (kind.http_addr_var(), format!("127.0.0.1:{}", self.archiver_port)),
                 ("QIM_ARCHIVER_GROUP", self.archiver_group.clone()),
                 ("QIM_DLQ_TOPIC", self.archiver_dlq_topic.clone()),
                 ("QIM_ARCHIVER_HOLE_GRACE_SECS", "10".into()),
                 ("QIM_ARCHIVER_TRIM_INTERVAL_SECS", "5".into()),
             ]),
             ServiceKind::Dispatcher => v.extend([
-                ("QIM_DISPATCHER_HTTP_ADDR", format!("127.0.0.1:{}", self.dispatcher_port)),
+                (kind.http_addr_var(), format!("127.0.0.1:{}", self.dispatcher_port)),
                 ("QIM_AUTH_DISABLED", "true".into()),
                 ("QIM_MAILBOX_SHARDS", self.mailbox_shards.to_string()),
                 ("QIM_DISPATCH_TOPIC", self.dispatch_topic.clone()),
