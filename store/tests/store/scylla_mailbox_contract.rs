@@ -408,6 +408,38 @@ mod cql_specific {
         assert_eq!((rest.groups.len(), rest.groups[0].seq), (300, MailboxSeq::new(EPOCH, 301).unwrap()));
     }
 
+    /// A user's entries of one call go to the server in batches (70 entries: three of them):
+    /// every entry lands, each with its own TTL (its expiry on the store's clock, plus the slack).
+    #[tokio::test]
+    async fn entries_written_in_batches_keep_each_its_own_ttl() {
+        let (store, session, ks) = open_store(MailboxRetention::default(), Arc::new(ManualClock::new(T0))).await;
+        let (t, u) = (fresh_tenant(), user(1));
+        let expiry = |n: u64| if n % 2 == 0 { day(1) } else { day(3) };
+        let batch: Vec<MailboxEntry> = (1..=70u64).map(|n| proof_entry(t, u, n, expiry(n))).collect();
+        store.append_batch(&batch).await.unwrap();
+        let rows: Vec<(i64, Option<i32>)> = session
+            .query_unpaged(
+                format!("SELECT mailbox_seq, TTL(grp) FROM {ks}.mailbox_entry WHERE tenant_id = ? AND user_id = ?"),
+                (&t.0[..], &u.0[..]),
+            )
+            .await
+            .unwrap()
+            .into_rows_result()
+            .unwrap()
+            .rows::<(i64, Option<i32>)>()
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(rows.len(), 70, "every entry of the call is written");
+        for (raw, ttl) in rows {
+            let n = MailboxSeq::from_u64(raw as u64).expect("a mailbox seq").position();
+            let left = expiry(n).0 - T0.0;
+            let want = (left + 999) / 1000 + qim_store::scylla::mailbox::ENTRY_TTL_SLACK_SECS;
+            let ttl = i64::from(ttl.expect("every entry has a TTL"));
+            assert!((want - 60..=want).contains(&ttl), "entry {n}: TTL {ttl} s, written as {want} s");
+        }
+    }
+
     /// A user idle for long stays available with the exact boundary: the proof of a listed day
     /// has no TTL, so the entries written after the user's last registration still count.
     /// The registration that drops the expired day gives its proof rows a short TTL.

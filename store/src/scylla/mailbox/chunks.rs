@@ -11,8 +11,9 @@ use std::sync::Arc;
 
 use futures_util::future::try_join_all;
 
+use super::batches::write_partition;
 use super::dispatch::{not_begun, shard_i, Head};
-use super::{db, ScyllaMailboxStore, DISPATCH_TTL_SECS};
+use super::{ScyllaMailboxStore, DISPATCH_TTL_SECS};
 use crate::codec::encode_manifest;
 use crate::error::{StoreError, StoreResult};
 use crate::mailbox::{ChunkId, DispatchId, MailboxEntry};
@@ -93,24 +94,25 @@ impl ScyllaMailboxStore {
                 )));
             }
         }
-        let mut inserts = Vec::with_capacity(chunks.len());
+        // One dispatch's chunks share its partition: a few batches per dispatch, all at once.
+        let mut by_dispatch: HashMap<DispatchId, Vec<_>> = HashMap::new();
         for (dispatch, chunk) in chunks {
-            let values = (
+            by_dispatch.entry(*dispatch).or_default().push((
                 shard_i(dispatch.shard),
                 dispatch.message_id.0.to_vec(),
                 heads[dispatch].generation,
                 i32::from(chunk.lane.get()),
                 i64::from(chunk.index),
                 DISPATCH_TTL_SECS,
-            );
-            inserts.push(async move {
-                self.session()
-                    .execute_unpaged(&self.st().chunk_insert, values)
-                    .await
-                    .map_err(db("marking a chunk complete"))
-            });
+            ));
         }
-        try_join_all(inserts).await?;
+        let statement = &self.st().chunk_insert;
+        try_join_all(
+            by_dispatch
+                .values()
+                .map(|rows| write_partition(self.session(), statement, rows, "marking a chunk complete")),
+        )
+        .await?;
         Ok(())
     }
 }

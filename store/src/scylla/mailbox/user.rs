@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
+use super::batches::write_partition;
 use super::{
     db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, LEGACY_PROOF_TTL_SLACK_SECS,
     RETIRED_PROOF_TTL_SECS,
@@ -453,14 +454,13 @@ impl ScyllaMailboxStore {
         if !plan.new_days.is_empty() {
             self.register_days(t, u, plan.meta.clone(), &plan.new_days, now).await?;
         }
+        // The entries last, all in the user's partition: a few batches, not a request each.
+        let mut rows = Vec::with_capacity(plan.writes.len());
         for (seq, expiry, bytes) in &plan.writes {
             let ttl = ttl_secs(*expiry, now, ENTRY_TTL_SLACK_SECS);
-            self.session()
-                .execute_unpaged(&self.st().entry_insert, (&t.0[..], &u.0[..], seq_i("mailbox seq", *seq)?, bytes, ttl))
-                .await
-                .map_err(db("writing a mailbox group"))?;
+            rows.push((&t.0[..], &u.0[..], seq_i("mailbox seq", *seq)?, bytes, ttl));
         }
-        Ok(())
+        write_partition(self.session(), &self.st().entry_insert, &rows, "writing a mailbox group").await
     }
 
     /// Adds `days` to the user's ledger with one LWT on the meta row, dropping the days that
