@@ -7,8 +7,8 @@
 //! `{d:<shard>}`, so each script touches one slot and runs unchanged on Redis Cluster.
 //!
 //! Per user (`ns:{u:<tenant><user>}:…`):
-//! - `…:meta` HASH: `gen` (a generation bumped by every meta change; the optimistic check-and-set
-//!   token), `trim` and `gap` (decimal `u64` mailbox seqs: the trim and the expired-gap
+//! - `…:meta` HASH: `gen` (a fresh random generation written by every meta change; the optimistic
+//!   check-and-set token, which names one content even after Redis rolled back), `trim` and `gap` (decimal `u64` mailbox seqs: the trim and the expired-gap
 //!   boundary), `ledger` (the [`RetentionLedger`](crate::codec::RetentionLedger) blob, format `QRL\x01`). Absent for a clean user.
 //! - `…:groups` HASH: seq (8 big-endian bytes) → event group blob (as encoded, stored as-is).
 //! - `…:seqs` ZSET: the same 8-byte seqs with score 0, read in order by lex range (exact for every
@@ -131,6 +131,8 @@ fn redis_err(what: &str, err: redis::RedisError) -> StoreError {
 pub struct RedisMailboxStore {
     conn: RedisConnection,
     ns: String,
+    /// The users' metas this store wrote last (see `user`'s module docs).
+    metas: Arc<user::MetaCache>,
     retention: MailboxRetention,
     clock: Arc<dyn Clock>,
 }
@@ -152,7 +154,7 @@ impl RedisMailboxStore {
         clock: Arc<dyn Clock>,
     ) -> Result<Self, StoreError> {
         let conn = connect(config).await?;
-        Ok(Self { conn, ns: config.namespace.clone(), retention, clock })
+        Ok(Self { conn, ns: config.namespace.clone(), metas: Arc::default(), retention, clock })
     }
 
     /// Test sabotage: replaces a stored event group's bytes (indexing the seq if it was not).
@@ -194,7 +196,7 @@ impl MailboxStore for RedisMailboxStore {
     async fn append_batch(&self, entries: &[MailboxEntry]) -> StoreResult<()> {
         let groups = canonical_groups(entries)?;
         let now = self.clock.now();
-        user::write_groups(&mut self.conn.clone(), &self.ns, groups, now).await
+        user::write_groups(&mut self.conn.clone(), &self.ns, &self.metas, groups, now).await
     }
 
     async fn begin_dispatch(

@@ -278,6 +278,36 @@ mod redis_specific {
         assert_eq!(positions(&page), (1..=40).collect::<Vec<_>>());
     }
 
+    /// A store plans a user's commit on the meta it wrote last, without reading it. When Redis
+    /// rolled the meta back under it and another store wrote since, the cached meta must be
+    /// refused however many changes were lost: the other store's day stays in the ledger. (With
+    /// a counter for the generation, the other store's write would repeat the cached generation
+    /// and the cached plan would drop its day.)
+    #[tokio::test]
+    async fn a_cached_meta_is_refused_after_redis_rolled_it_back_and_another_store_wrote() {
+        let (a, config, clock, _cleanup) = open().await;
+        let b = RedisMailboxStore::open(&config, MailboxRetention::default(), clock).await.expect("a second store");
+        let (t, u) = (fresh_tenant(), user(1));
+        let seq = |p: u64| MailboxSeq::new(ShardEpoch(1), p).unwrap();
+        let mut con = raw(&config).await;
+        b.append_batch(&[entry(t, u, seq(1), expiry(1))]).await.unwrap();
+        let metas: Vec<String> =
+            redis::cmd("KEYS").arg(format!("{}:*:meta", config.namespace)).query_async(&mut con).await.unwrap();
+        let [meta] = &metas[..] else { panic!("one user's meta, found {metas:?}") };
+        let snapshot: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL").arg(meta).query_async(&mut con).await.unwrap();
+        a.append_batch(&[entry(t, u, seq(2), expiry(2))]).await.unwrap();
+        // Redis comes back with the meta as it was before `a` wrote (an older file loaded).
+        let mut restore = redis::pipe();
+        restore.atomic().cmd("DEL").arg(meta).ignore().cmd("HSET").arg(meta).arg(&snapshot).ignore();
+        restore.query_async::<()>(&mut con).await.unwrap();
+        b.append_batch(&[entry(t, u, seq(3), expiry(3))]).await.unwrap();
+        a.append_batch(&[entry(t, u, seq(4), expiry(4))]).await.unwrap();
+        let blob: Vec<u8> = redis::cmd("HGET").arg(meta).arg("ledger").query_async(&mut con).await.unwrap();
+        let ledger = qim_store::codec::RetentionLedger::decode(&blob).unwrap();
+        let days: Vec<i64> = ledger.items().iter().map(|i| i64::from(i.day)).collect();
+        assert_eq!(days, [1, 3, 4].map(|n| expiry(n).day()), "day 2 was rolled back, day 3 must stay");
+    }
+
     /// A dispatch in `shard` of a fresh message to one recipient.
     fn one_recipient_dispatch(t: TenantId, shard: ShardId, recipient: UserId) -> DispatchManifest {
         let message = MessageRef {

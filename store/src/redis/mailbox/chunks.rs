@@ -97,7 +97,7 @@ impl RedisMailboxStore {
             entries.extend(recipients.iter().map(|u| w.manifest.entry_for(*u, canonical, &self.retention)));
         }
         let groups = canonical_groups(&entries)?;
-        user::write_groups(&mut self.conn.clone(), &self.ns, groups, self.clock.now()).await?;
+        user::write_groups(&mut self.conn.clone(), &self.ns, &self.metas, groups, self.clock.now()).await?;
         Ok(entries.len())
     }
 

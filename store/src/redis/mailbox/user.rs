@@ -3,10 +3,16 @@
 //!
 //! The ledger math runs here, in Rust, over [`RetentionLedger`]; the scripts only apply a result
 //! when the meta generation is still the one it was computed from (else the caller re-reads and
-//! recomputes). Every script that changes the meta bumps the generation. Range reads only need
-//! the trim and the gap unchanged since the cursor was checked against them.
+//! recomputes). Every script that changes the meta writes a fresh random generation, never a
+//! counter: after Redis rolled back, a counter could come back with other contents, while a
+//! random generation names the one write that made it. So the store keeps the metas it wrote
+//! last ([`MetaCache`]) and plans a user's next commit on the cached meta without reading it: a
+//! commit whose generation still matches applies to exactly that meta; one that does not answers
+//! `retry`, and the user is read and planned again. Range reads only need the trim and the gap
+//! unchanged since the cursor was checked against them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::redis::connection::{pipeline_by_slot, query_by_slot};
 use crate::redis::script_sources::{eval_of, is_noscript};
@@ -29,6 +35,26 @@ const MAX_IN_FLIGHT: usize = 32;
 /// Group keys outlive the latest live bucket by this much, so a Redis clock ahead of the
 /// injected one can not drop a group its ledger still counts as live.
 const KEY_SLACK_MILLIS: i64 = MILLIS_PER_DAY;
+
+/// Most users whose meta [`MetaCache`] keeps (a few hundred bytes each).
+const CACHED_METAS: usize = 65_536;
+
+/// The metas this store wrote last, by user (see the module docs): a hit saves the read before a
+/// commit, a stale entry costs one `retry`.
+pub(super) struct MetaCache(quick_cache::sync::Cache<(TenantId, UserId), Meta>);
+
+impl Default for MetaCache {
+    fn default() -> Self {
+        Self(quick_cache::sync::Cache::new(CACHED_METAS))
+    }
+}
+
+/// A generation to write: random, decimal, never `"0"` (a missing meta), below 2^62 so an earlier
+/// release's `HINCRBY` of it stays a number.
+fn fresh_gen() -> String {
+    let (high, _) = uuid::Uuid::new_v4().as_u64_pair();
+    ((high >> 2) | 1).to_string()
+}
 
 /// A snapshot of one user's meta.
 #[derive(Clone, Debug)]
@@ -94,6 +120,8 @@ struct Plan {
     /// The new gap, when it rose.
     gap: Option<MailboxSeq>,
     ledger: Vec<u8>,
+    /// The meta once the commit applied (its generation the one the commit writes).
+    after: Meta,
     /// When the latest live bucket expires (`None`: no bucket is live).
     live_until: Option<UnixMillis>,
     /// `(seq, expiry, blob)` of every live group.
@@ -101,11 +129,12 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(old_gap: Option<MailboxSeq>, gap: Option<MailboxSeq>, ledger: &RetentionLedger) -> Self {
+    fn new(meta: &Meta, gap: Option<MailboxSeq>, ledger: RetentionLedger) -> Self {
         Self {
-            gap: if gap != old_gap { gap } else { None },
+            gap: if gap != meta.gap { gap } else { None },
             ledger: ledger.encode(),
             live_until: ledger.items().iter().map(|i| i.expiry).max(),
+            after: Meta { gen: fresh_gen(), exists: true, trim: meta.trim, gap, ledger },
             writes: Vec::new(),
         }
     }
@@ -134,14 +163,15 @@ fn plan(meta: &Meta, groups: &[EventGroup], now: UnixMillis) -> StoreResult<Plan
             writes.push((g.seq, g.expires_at, encode_event_group(g)));
         }
     }
-    Ok(Plan { writes, ..Plan::new(meta.gap, gap, &ledger) })
+    Ok(Plan { writes, ..Plan::new(meta, gap, ledger) })
 }
 
 /// The `EVALSHA` applying `plan` if the meta is still at `gen` (`mailbox_commit.lua`).
 fn commit_command(keys: &UserKeys, gen: &str, plan: &Plan, now: UnixMillis) -> redis::Cmd {
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(COMMIT.get_hash()).arg(4).arg(&keys.meta).arg(&keys.groups).arg(&keys.seqs).arg(&keys.exp);
-    cmd.arg(gen).arg(plan.gap.map_or(String::new(), |g| g.as_u64().to_string())).arg(&plan.ledger).arg(now.0);
+    cmd.arg(gen).arg(&plan.after.gen);
+    cmd.arg(plan.gap.map_or(String::new(), |g| g.as_u64().to_string())).arg(&plan.ledger).arg(now.0);
     cmd.arg(plan.keep_millis(now).map_or(String::new(), |ms| ms.to_string()));
     for (seq, expiry, blob) in &plan.writes {
         cmd.arg(&seq8(*seq)[..]).arg(expiry.0).arg(blob);
@@ -177,15 +207,15 @@ async fn commit(
     committed(reply.map_err(|e| redis_err("committing a mailbox batch", e))?)
 }
 
-/// Writes canonical `groups` (any users): every user's meta is read and planned first, so a
-/// ledger overflow anywhere writes nothing; then one check-and-set script per user, all in one
-/// pipeline (one per node on a cluster). A user whose meta moved in between is re-read and
-/// re-planned, on its own (a concurrent writer
-/// could then still make that user's ledger overflow after other users of the batch were
-/// written).
+/// Writes canonical `groups` (any users): every user's meta is planned first (on the meta this
+/// store wrote last, else read), so a ledger overflow anywhere writes nothing; then one
+/// check-and-set script per user, all in one pipeline (one per node on a cluster). A user whose
+/// meta moved in between is re-read and re-planned, on its own (a concurrent writer could then
+/// still make that user's ledger overflow after other users of the batch were written).
 pub(super) async fn write_groups(
     conn: &mut RedisConnection,
     ns: &str,
+    metas: &Arc<MetaCache>,
     groups: Vec<EventGroup>,
     now: UnixMillis,
 ) -> StoreResult<()> {
@@ -196,41 +226,54 @@ pub(super) async fn write_groups(
     if by_user.is_empty() {
         return Ok(());
     }
-    let users: Vec<(UserKeys, Vec<EventGroup>)> =
-        by_user.into_iter().map(|((t, u), gs)| (UserKeys::new(ns, &t, &u), gs)).collect();
-    let reads: Vec<redis::Cmd> = users.iter().map(|(keys, _)| meta_command(keys)).collect();
-    let metas: Vec<Vec<Option<Vec<u8>>>> =
-        query_by_slot(conn, &reads).await.map_err(|e| redis_err("reading mailbox meta", e))?;
-    if metas.len() != users.len() {
-        return Err(StoreError::CorruptEntry(format!("{} meta replies for {} users", metas.len(), users.len())));
+    let users: Vec<((TenantId, UserId), UserKeys, Vec<EventGroup>)> =
+        by_user.into_iter().map(|((t, u), gs)| ((t, u), UserKeys::new(ns, &t, &u), gs)).collect();
+    // A plan on a cached meta that fails (a ledger overflow) is made again on the stored meta: the
+    // cache may be behind it.
+    let mut planned: Vec<Option<(String, Plan)>> = users
+        .iter()
+        .map(|(user, _, gs)| metas.0.get(user).and_then(|meta| Some((meta.gen.clone(), plan(&meta, gs, now).ok()?))))
+        .collect();
+    let unplanned: Vec<usize> = (0..users.len()).filter(|&i| planned[i].is_none()).collect();
+    if !unplanned.is_empty() {
+        let reads: Vec<redis::Cmd> = unplanned.iter().map(|&i| meta_command(&users[i].1)).collect();
+        let read: Vec<Vec<Option<Vec<u8>>>> =
+            query_by_slot(conn, &reads).await.map_err(|e| redis_err("reading mailbox meta", e))?;
+        if read.len() != reads.len() {
+            return Err(StoreError::CorruptEntry(format!("{} meta replies for {} users", read.len(), reads.len())));
+        }
+        for (&i, fields) in unplanned.iter().zip(read) {
+            let meta = parse_meta(&users[i].1, fields)?;
+            planned[i] = Some((meta.gen.clone(), plan(&meta, &users[i].2, now)?));
+        }
     }
-    let mut planned = Vec::with_capacity(users.len());
-    for ((keys, gs), fields) in users.iter().zip(metas) {
-        let meta = parse_meta(keys, fields)?;
-        let p = plan(&meta, gs, now)?;
-        planned.push((meta.gen, p));
-    }
+    let planned: Vec<(String, Plan)> = planned.into_iter().flatten().collect();
     // Every user's commit in one pipeline (one per node on a cluster). A user whose meta moved
     // since it was read, or whose script the server lost, is committed again on its own below
     // (re-read and re-planned; the connection reloads a lost script).
     let commands: Vec<redis::Cmd> =
-        users.iter().zip(&planned).map(|((keys, _), (gen, p))| commit_command(keys, gen, p, now)).collect();
+        users.iter().zip(&planned).map(|((_, keys, _), (gen, p))| commit_command(keys, gen, p, now)).collect();
     let (replies, _) =
         pipeline_by_slot(conn, &commands).await.map_err(|e| redis_err("committing mailbox batches", e))?;
     let mut first_err = None;
     let mut again = Vec::new();
-    for (((keys, gs), (gen, p)), reply) in users.into_iter().zip(planned).zip(replies) {
+    for (((user, keys, gs), (gen, p)), reply) in users.into_iter().zip(planned).zip(replies) {
         match reply {
             Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
-                again.push((keys, gs, Some((gen, p))));
+                again.push((user, keys, gs, Some((gen, p))));
             }
             Value::ServerError(e) => {
+                metas.0.remove(&user);
                 first_err.get_or_insert(redis_err("committing a mailbox batch", e.into()));
             }
             reply => match committed(reply) {
-                Ok(true) => {}
-                Ok(false) => again.push((keys, gs, None)),
+                Ok(true) => metas.0.insert(user, p.after),
+                Ok(false) => {
+                    metas.0.remove(&user);
+                    again.push((user, keys, gs, None));
+                }
                 Err(e) => {
+                    metas.0.remove(&user);
                     first_err.get_or_insert(e);
                 }
             },
@@ -239,14 +282,18 @@ pub(super) async fn write_groups(
     // Several in flight on the multiplexed connection. Dropping this future aborts the commits
     // not yet sent; each one that ran is whole.
     let mut tasks = tokio::task::JoinSet::new();
-    for (keys, gs, first) in again {
+    for (user, keys, gs, first) in again {
         if tasks.len() >= MAX_IN_FLIGHT {
             if let Some(done) = tasks.join_next().await {
                 keep_first_error(&mut first_err, done);
             }
         }
-        let mut conn = conn.clone();
-        tasks.spawn(async move { commit_user(&mut conn, &keys, &gs, first, now).await });
+        let (mut conn, metas) = (conn.clone(), Arc::clone(metas));
+        tasks.spawn(async move {
+            let after = commit_user(&mut conn, &keys, &gs, first, now).await?;
+            metas.0.insert(user, after);
+            Ok(())
+        });
     }
     while let Some(done) = tasks.join_next().await {
         keep_first_error(&mut first_err, done);
@@ -268,24 +315,24 @@ fn keep_first_error(first: &mut Option<StoreError>, done: Result<StoreResult<()>
 }
 
 /// Commits one user's groups: the `first` plan if given (at its generation), then re-reading
-/// and re-planning while the meta moves.
+/// and re-planning while the meta moves. Answers the meta the commit left.
 async fn commit_user(
     conn: &mut RedisConnection,
     keys: &UserKeys,
     groups: &[EventGroup],
     first: Option<(String, Plan)>,
     now: UnixMillis,
-) -> StoreResult<()> {
+) -> StoreResult<Meta> {
     if let Some((gen, plan)) = first {
         if commit(conn, keys, &gen, &plan, now).await? {
-            return Ok(());
+            return Ok(plan.after);
         }
     }
     for _ in 1..MAX_ATTEMPTS {
         let meta = read_meta(conn, keys).await?;
         let p = plan(&meta, groups, now)?;
         if commit(conn, keys, &meta.gen, &p, now).await? {
-            return Ok(());
+            return Ok(p.after);
         }
     }
     Err(contended(keys))
@@ -318,7 +365,7 @@ pub(super) async fn scan(
         if let Some(expired) = ledger.take_expired(now) {
             // Lazy inspection: the expired buckets' highest seqs become the gap boundary.
             gap = gap.max(MailboxSeq::from_u64(expired));
-            let p = Plan::new(meta.gap, gap, &ledger);
+            let p = Plan::new(&meta, gap, ledger);
             if !commit(conn, keys, &meta.gen, &p, now).await? {
                 continue 'attempt;
             }
@@ -402,6 +449,7 @@ pub(super) async fn truncate(
             .arg(&meta.gen)
             .arg(trim.as_u64().to_string())
             .arg(&seq8(trim)[..])
+            .arg(fresh_gen())
             .invoke_async(conn)
             .await
             .map_err(|e| redis_err("trimming a mailbox", e))?;
