@@ -55,7 +55,7 @@ pub struct WriterArgs {
     #[arg(long, verbatim_doc_comment, env = "QIM_SEQ_LEASE_BLOCK", default_value = "64", value_parser = whole(2, 1_000_000))]
     seq_lease_block: Whole,
     /// Milliseconds a produced record waits for others to share its Kafka batch (`linger.ms`).
-    #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_KAFKA_LINGER_MS", default_value = "1", value_parser = whole(0, 1000))]
+    #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_KAFKA_LINGER_MS", default_value = "2", value_parser = whole(0, 1000))]
     writer_kafka_linger_ms: Whole,
     /// Compression of the writer's Kafka batches (`compression.type`): `none`, `gzip`, `snappy` or `lz4`.
     #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_KAFKA_COMPRESSION", default_value = "lz4", value_enum)]

@@ -77,10 +77,10 @@ pub struct ProducerTuning {
 }
 
 impl Default for ProducerTuning {
-    /// 1 ms and LZ4: what `qim-bench writer` measured best on one broker (see the README's
-    /// benchmarks).
+    /// 2 ms and LZ4: what `qim-bench writer` measured best on one broker (see the README's
+    /// benchmarks; `QIM_WRITER_KAFKA_LINGER_MS` defaults to the same).
     fn default() -> Self {
-        Self { linger: Duration::from_millis(1), compression: Compression::Lz4 }
+        Self { linger: Duration::from_millis(2), compression: Compression::Lz4 }
     }
 }
 

@@ -10,7 +10,7 @@
 //! cargo run --release -p qim-tests --bin qim-bench -- dispatcher [--backend redis|scylla|both] [--members M] [--cluster]
 //! cargo run --release -p qim-tests --bin qim-bench -- restart --count 1000000 [--conversations N] [--tail N]
 //! cargo build --release -p qim-writer -p qim-archiver -p qim-mailbox-dispatcher \
-//!   && cargo run --release -p qim-tests --bin qim-bench -- pipeline [--count N] [--json FILE]
+//!   && cargo run --release -p qim-tests --bin qim-bench -- pipeline [--count N] [--fanout M] [--json FILE]
 //! ```
 //!
 //! Options (`qim-bench --help`): [`Args`].
@@ -97,6 +97,11 @@ pub struct Args {
     /// Members per conversation in the dispatcher benchmark (0: one run with 5000, one with 500).
     #[arg(long, default_value_t = 0)]
     pub members: u64,
+    /// Members of every conversation of the pipeline benchmark: `--conversations` groups of this
+    /// size, so every message reaches this many mailboxes (0: the standard mix, `--conversations`
+    /// 1:1 conversations and groups of 20 and 200 members).
+    #[arg(long, default_value_t = 0, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(0..=100_000))]
+    pub fanout: usize,
     /// Records the archiver's group is behind in the restart benchmark.
     #[arg(long, default_value_t = 10_000)]
     pub tail: u64,

@@ -10,7 +10,8 @@
 //!
 //! The pipeline runs in three phases on one isolated run (its own topics, keyspace, namespace):
 //! the writer alone takes the workload (`--count` sends over `--conversations` 1:1 conversations
-//! and two groups, see [`GROUPS`], `--concurrency` in flight, through its HTTP API); then the
+//! and two groups, see [`GROUPS`], or with `--fanout M` over `--conversations` groups of M
+//! members; `--concurrency` in flight, through its HTTP API); then the
 //! archiver starts and drains the topic; then the dispatcher starts and fans everything out.
 //! Each stage's rate is its own counter's, from its first to its last record, so startup does
 //! not count. CPU: every process's user + system time from `/proc` (the services, redis-server,
@@ -33,6 +34,15 @@ use super::{drive, ms, Args, Measurement};
 
 /// Members of the two group conversations the workload has besides its 1:1 conversations.
 pub const GROUPS: [usize; 2] = [20, 200];
+/// The workload's conversations: `(1:1 conversations, group sizes)`, the standard mix or, with
+/// `--fanout M`, `--conversations` groups of M members.
+fn conversations(args: &Args) -> (usize, Vec<usize>) {
+    match args.fanout {
+        0 => (args.conversations, GROUPS.to_vec()),
+        m => (0, vec![m.max(2); args.conversations]),
+    }
+}
+
 /// How long the stack's servers are watched idle, for their background CPU.
 const IDLE_FOR: Duration = Duration::from_secs(5);
 /// How long a stage may take to drain.
@@ -214,7 +224,8 @@ async fn pipeline(args: &Args, bins: &ServiceBinaries, env: &PipelineEnv, plan: 
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let bins = ServiceBinaries::locate()?;
     let env = PipelineEnv::fresh("bench").await.context("preparing the run (is the stack up?)")?;
-    let plan = Plan::generate(u64::from(std::process::id()), args.count as usize, args.conversations, &GROUPS, 0);
+    let (pairs, groups) = conversations(args);
+    let plan = Plan::generate(u64::from(std::process::id()), args.count as usize, pairs, &groups, 0);
     let body = plan.sends.iter().map(|s| s.body.len()).sum::<usize>() / plan.sends.len().max(1);
     let raw_args = Args { payload: body, ..args.clone() };
     let raw = raw_primitives(&raw_args, &env).await?;
@@ -224,9 +235,14 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
 
 fn report(args: &Args, env: &PipelineEnv, raw: &Raw, run: &Run) -> anyhow::Result<serde_json::Value> {
     let (m, n) = (&run.writer, run.messages as f64);
+    let mix = match args.fanout {
+        0 => format!("{} conversations of 2, groups of {GROUPS:?}", args.conversations),
+        m => format!("{} groups of {m}", args.conversations),
+    };
+    let fanout = run.entries / n.max(1.0);
     println!(
-        "pipeline: {} messages ({} conversations of 2, groups of {:?}), concurrency {}, run {}",
-        run.messages, args.conversations, GROUPS, args.concurrency, env.name
+        "pipeline: {} messages ({mix}; {fanout:.1} mailbox entries per message), concurrency {}, run {}",
+        run.messages, args.concurrency, env.name
     );
     println!("  {:<58} {:>10} {:>10} {:>10}", "", "per sec", "p50 ms", "p99 ms");
     let row = |name: &str, m: &Measurement| {
@@ -275,7 +291,9 @@ fn report(args: &Args, env: &PipelineEnv, raw: &Raw, run: &Run) -> anyhow::Resul
     }
     Ok(serde_json::json!({
         "run": env.name, "messages": run.messages, "mailbox_entries": run.entries,
-        "concurrency": args.concurrency, "conversations": args.conversations, "groups": GROUPS,
+        "concurrency": args.concurrency, "conversations": args.conversations,
+        "groups": if args.fanout == 0 { GROUPS.to_vec() } else { vec![args.fanout; args.conversations] },
+        "entries_per_message": fanout,
         "machine": machine(), "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(),
         "raw": {
             "evalsha_per_second": raw.evalsha.per_second, "produce_per_second": raw.produce.per_second,
