@@ -414,7 +414,7 @@ mod cql_specific {
     async fn entries_written_in_batches_keep_each_its_own_ttl() {
         let (store, session, ks) = open_store(MailboxRetention::default(), Arc::new(ManualClock::new(T0))).await;
         let (t, u) = (fresh_tenant(), user(1));
-        let expiry = |n: u64| if n % 2 == 0 { day(1) } else { day(3) };
+        let expiry = |n: u64| if n.is_multiple_of(2) { day(1) } else { day(3) };
         let batch: Vec<MailboxEntry> = (1..=70u64).map(|n| proof_entry(t, u, n, expiry(n))).collect();
         store.append_batch(&batch).await.unwrap();
         let rows: Vec<(i64, Option<i32>)> = session
