@@ -408,7 +408,7 @@ mod cql_specific {
         assert_eq!((rest.groups.len(), rest.groups[0].seq), (300, MailboxSeq::new(EPOCH, 301).unwrap()));
     }
 
-    /// A user's entries of one call go to the server in batches (70 entries: three of them):
+    /// A user's entries of one call go to the server in batches (70 entries: five of them):
     /// every entry lands, each with its own TTL (its expiry on the store's clock, plus the slack).
     #[tokio::test]
     async fn entries_written_in_batches_keep_each_its_own_ttl() {

@@ -16,9 +16,10 @@ use super::db;
 use crate::error::StoreResult;
 
 /// Most rows in one batch. Cassandra warns about batches over `batch_size_warn_threshold` (5 KiB
-/// by default) and refuses them over `batch_size_fail_threshold` (50 KiB); 32 mailbox entries
-/// (under a hundred bytes each) or chunk rows stay under the warning.
-pub(super) const ROWS_PER_BATCH: usize = 32;
+/// by default; the local stack sets 256 KiB) and refuses them over `batch_size_fail_threshold`
+/// (50 KiB by default): 16 mailbox entries (a group blob and its key, about 150–200 bytes each)
+/// or chunk rows stay under the default warning.
+pub(super) const ROWS_PER_BATCH: usize = 16;
 
 /// Writes `rows`, all of one partition, with `statement` (an idempotent same-value write): one
 /// plain request for a single row, otherwise batches of at most [`ROWS_PER_BATCH`] rows, all in
