@@ -8,8 +8,8 @@
 //!
 //! Per user (`ns:{u:<tenant><user>}:…`):
 //! - `…:meta` HASH: `gen` (a fresh random generation written by every meta change; the optimistic
-//!   check-and-set token, which names one content even after Redis rolled back), `trim` and `gap` (decimal `u64` mailbox seqs: the trim and the expired-gap
-//!   boundary), `ledger` (the [`RetentionLedger`](crate::codec::RetentionLedger) blob, format `QRL\x01`). Absent for a clean user.
+//!   check-and-set token, which names one content even after Redis rolled back), `trim` and `gap`
+//!   (decimal `u64` mailbox seqs: the trim and the expired-gap boundary), `ledger` (the [`RetentionLedger`](crate::codec::RetentionLedger) blob, format `QRL\x01`). Absent for a clean user.
 //! - `…:groups` HASH: seq (8 big-endian bytes) → event group blob (as encoded, stored as-is).
 //! - `…:seqs` ZSET: the same 8-byte seqs with score 0, read in order by lex range (exact for every
 //!   `u64`, unlike scores).

@@ -59,7 +59,7 @@ fn fresh_gen() -> String {
 /// A snapshot of one user's meta.
 #[derive(Clone, Debug)]
 pub(super) struct Meta {
-    /// The generation it was read at (`"0"` when the meta does not exist).
+    /// The generation it was read or written at (`"0"` when the meta does not exist).
     gen: String,
     exists: bool,
     trim: Option<MailboxSeq>,

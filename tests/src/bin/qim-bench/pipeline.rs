@@ -39,7 +39,7 @@ pub const GROUPS: [usize; 2] = [20, 200];
 fn conversations(args: &Args) -> (usize, Vec<usize>) {
     match args.fanout {
         0 => (args.conversations, GROUPS.to_vec()),
-        m => (0, vec![m.max(2); args.conversations]),
+        m => (0, vec![m; args.conversations]),
     }
 }
 
@@ -222,6 +222,7 @@ async fn pipeline(args: &Args, bins: &ServiceBinaries, env: &PipelineEnv, plan: 
 
 /// Runs the raw primitives and the pipeline, prints the comparison and the CPU per message.
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
+    anyhow::ensure!(args.fanout != 1, "--fanout counts a group's members, the sender among them: at least 2");
     let bins = ServiceBinaries::locate()?;
     let env = PipelineEnv::fresh("bench").await.context("preparing the run (is the stack up?)")?;
     let (pairs, groups) = conversations(args);
@@ -292,7 +293,7 @@ fn report(args: &Args, env: &PipelineEnv, raw: &Raw, run: &Run) -> anyhow::Resul
     Ok(serde_json::json!({
         "run": env.name, "messages": run.messages, "mailbox_entries": run.entries,
         "concurrency": args.concurrency, "conversations": args.conversations,
-        "groups": if args.fanout == 0 { GROUPS.to_vec() } else { vec![args.fanout; args.conversations] },
+        "groups": conversations(args).1,
         "entries_per_message": fanout,
         "machine": machine(), "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(),
         "raw": {
