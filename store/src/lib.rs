@@ -40,7 +40,7 @@ pub mod tiered;
 pub mod topic;
 
 pub use error::{ErrorKind, StoreError, StoreResult};
-pub use mailbox_store::{ChunkWrite, MailboxStore};
+pub use mailbox_store::{ChunkWrite, DispatchBegin, MailboxStore};
 pub use membership_store::{
     all_members, MembershipAuthorizer, MembershipStore, MAX_MEMBERS_PAGE, MAX_MEMBERS_PER_CALL,
 };

@@ -4,6 +4,8 @@
 //! or per recipient; duplicates reuse the first receipt; replays write identical rows; a
 //! watermark advances only over dispatches whose lane work is durable and never moves back.
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 
 use crate::error::StoreResult;
@@ -22,6 +24,16 @@ pub struct ChunkWrite<'a> {
     pub manifest: &'a DispatchManifest,
     /// Which chunk of it.
     pub chunk: ChunkId,
+}
+
+/// One observation for [`MailboxStore::begin_dispatches_fenced`]: what
+/// [`MailboxStore::begin_dispatch`] takes besides the epoch.
+#[derive(Clone, Copy, Debug)]
+pub struct DispatchBegin<'a> {
+    /// The dispatch as observed.
+    pub manifest: &'a DispatchManifest,
+    /// Where in the shard log it was observed.
+    pub observed_offset: u64,
 }
 
 /// Per-user mailboxes and the dispatch bookkeeping that fills them.
@@ -136,6 +148,51 @@ pub trait MailboxStore: Send + Sync {
         self.begin_dispatch(epoch, manifest, observed_offset).await
     }
 
+    /// Several observations of `fence`'s shard, each begun as
+    /// [`begin_dispatch_fenced`](Self::begin_dispatch_fenced) would, in the given order (so a
+    /// duplicate after its first observation in one call gets that observation's receipt): one
+    /// result per observation. A refused observation (`DispatchConflict`, `InvalidInput`, a
+    /// manifest of another shard) writes nothing and does not stop the others. The call's own
+    /// error (the store unavailable, its fence broken: `StateLost`) may leave some observations
+    /// recorded; beginning them again is harmless. The default begins them in waves, each wave
+    /// concurrently: the next observations in order that share neither a dispatch id nor an
+    /// offset with another of the wave (so a duplicate waits for its first observation). A
+    /// backend with one round trip per call begins them all in one.
+    async fn begin_dispatches_fenced(
+        &self,
+        fence: &ShardFence,
+        epoch: ShardEpoch,
+        begins: &[DispatchBegin<'_>],
+    ) -> StoreResult<Vec<StoreResult<DispatchReceipt>>> {
+        let mut receipts: Vec<Option<StoreResult<DispatchReceipt>>> = begins.iter().map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..begins.len()).collect();
+        while !pending.is_empty() {
+            let (mut ids, mut offsets) = (HashSet::new(), HashSet::new());
+            let (wave, rest): (Vec<usize>, Vec<usize>) = pending.into_iter().partition(|&i| {
+                let b = &begins[i];
+                // Both sets see every index in order: one taken is marked in both.
+                !ids.contains(&b.manifest.id)
+                    && !offsets.contains(&b.observed_offset)
+                    && ids.insert(b.manifest.id)
+                    && offsets.insert(b.observed_offset)
+            });
+            let begun = futures_util::future::join_all(
+                wave.iter()
+                    .map(|&i| self.begin_dispatch_fenced(fence, epoch, begins[i].manifest, begins[i].observed_offset)),
+            )
+            .await;
+            for (i, result) in wave.into_iter().zip(begun) {
+                match result {
+                    Err(e) if !refuses_one(&e) => return Err(e),
+                    result => receipts[i] = Some(result),
+                }
+            }
+            pending = rest;
+        }
+        // Every wave takes at least the first pending observation, so each has its result.
+        Ok(receipts.into_iter().flatten().collect())
+    }
+
     /// [`mark_chunks_completed`](Self::mark_chunks_completed) of chunks of `fence`'s shard, only
     /// while its incarnation is still `fence`'s: otherwise `StateLost` and nothing is marked. A
     /// chunk of another shard is `InvalidInput`.
@@ -187,4 +244,10 @@ pub trait MailboxStore: Send + Sync {
         seen_before_millis: i64,
         limit: usize,
     ) -> StoreResult<usize>;
+}
+
+/// Whether a begin's error refuses only its own observation (a bad or conflicting record), not
+/// the whole call.
+pub(crate) fn refuses_one(error: &crate::StoreError) -> bool {
+    matches!(error.kind(), crate::ErrorKind::DispatchConflict | crate::ErrorKind::InvalidInput)
 }

@@ -14,6 +14,7 @@
 //! above a healthy pipeline's stall). Records of a partition this consumer does not own (any
 //! more) are dropped: their new owner reads them from the committed offset.
 
+pub mod begins;
 mod lost_state;
 pub mod pipeline;
 pub mod readable;

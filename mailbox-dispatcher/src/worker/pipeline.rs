@@ -1,8 +1,9 @@
 //! One shard's pipeline: the records of one dispatch partition, in offset order, through
 //! begin → 64 lanes of chunks → page-wise lane watermarks → stored offsets.
 //!
-//! - **Begin** runs in log order, a few records at once but never two of one dispatch id, so the
-//!   first observation of a dispatch is always begun before its duplicates.
+//! - **Begin** runs in log order, one store call for the records queued since the last call (see
+//!   [`super::begins`]), never two of one dispatch id at once, so the first observation of a
+//!   dispatch is always begun before its duplicates.
 //! - **Chunks** (at most 256 recipients each) wait in one queue per lane and are started round
 //!   robin over the lanes in batches, at most [`LANE_MAX_IN_FLIGHT`] batches per lane and
 //!   `chunks_in_flight` per shard: a 10 000-recipient group occupies its lanes' queues, never the
@@ -42,6 +43,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::begins::{BeginBatch, BeginQueue};
 use super::readable::Readability;
 use super::resync::{next_after, seek_back, Arrival, Resync};
 use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
@@ -55,8 +57,6 @@ use crate::events::{
 pub const MAX_WINDOW_RECORDS: usize = 1024;
 /// Most record bytes in flight per shard (one larger record is still admitted alone).
 pub const MAX_WINDOW_BYTES: usize = 8 << 20;
-/// Most records being begun at once.
-const BEGINS_IN_FLIGHT: usize = 8;
 /// Most chunk batches of one lane in flight.
 pub const LANE_MAX_IN_FLIGHT: usize = 4;
 /// Most entries one chunk batch writes (one whole chunk is always taken, whatever its size).
@@ -72,7 +72,9 @@ const LANE_COUNT: usize = LANES as usize;
 
 /// A finished task of the pipeline.
 pub(super) enum Done {
-    Begin(u64, Vec<u8>, Begun),
+    /// `(offset, outcome)` of each record of one begin call, in log order, and the call's
+    /// dispatch keys.
+    Begin(Vec<(u64, Begun)>, Vec<Vec<u8>>),
     Chunks(ChunksDone),
     Advance(Vec<(LaneId, StoreResult<LaneWatermark>)>),
     Watermarks(StoreResult<Vec<LaneWatermark>>),
@@ -90,8 +92,7 @@ pub struct Pipeline {
     shutdown: CancellationToken,
     pub(super) window: Window,
     readable: Readability,
-    to_begin: VecDeque<Record>,
-    beginning: HashSet<Vec<u8>>,
+    to_begin: BeginQueue,
     lanes: Vec<VecDeque<ChunkJob>>,
     lane_running: [usize; LANE_COUNT],
     next_lane: usize,
@@ -141,8 +142,7 @@ impl Pipeline {
             shutdown,
             window: Window::default(),
             readable: Readability::default(),
-            to_begin: VecDeque::new(),
-            beginning: HashSet::new(),
+            to_begin: BeginQueue::default(),
             lanes: (0..LANE_COUNT).map(|_| VecDeque::new()).collect(),
             lane_running: [0; LANE_COUNT],
             next_lane: 0,
@@ -252,23 +252,18 @@ impl Pipeline {
         }
         let weight = record.value.as_ref().map_or(0, Vec::len);
         self.window.push(record.offset, weight);
-        self.to_begin.push_back(record);
+        self.to_begin.push(record);
     }
 
-    /// Starts begins in log order, skipping none: stops at a record whose dispatch id is being
-    /// begun already (its duplicate must see the first observation's receipt).
+    /// Starts begin calls in log order (see [`BeginQueue`]).
     fn start_begins(&mut self) {
-        while self.beginning.len() < BEGINS_IN_FLIGHT && !self.stopped() {
-            let Some(front) = self.to_begin.front() else { return };
-            let key = front.key.clone().unwrap_or_default();
-            if self.beginning.contains(&key) {
-                return;
-            }
-            let record = self.to_begin.pop_front().expect("front exists");
-            self.beginning.insert(key.clone());
+        while !self.stopped() {
+            let Some(BeginBatch { records, keys }) = self.to_begin.next_batch() else { return };
             let (ctx, fence, cancel) = (Arc::clone(&self.ctx), Arc::clone(&self.fence), self.steps.clone());
-            let offset = record.offset;
-            self.tasks.spawn(async move { Done::Begin(offset, key, begin(ctx, fence, record, cancel).await) });
+            self.tasks.spawn(async move {
+                let begun = begin(ctx, fence, &records, cancel).await;
+                Done::Begin(records.iter().map(|r| r.offset).zip(begun).collect(), keys)
+            });
         }
     }
 
@@ -302,9 +297,11 @@ impl Pipeline {
 
     fn finished(&mut self, done: Done) {
         match done {
-            Done::Begin(offset, key, begun) => {
-                self.beginning.remove(&key);
-                self.begun(offset, begun);
+            Done::Begin(begun, keys) => {
+                self.to_begin.answered(&keys);
+                for (offset, begun) in begun {
+                    self.begun(offset, begun);
+                }
             }
             Done::Chunks(c) => {
                 let lane = usize::from(c.lane.get());

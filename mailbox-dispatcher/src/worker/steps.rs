@@ -1,4 +1,4 @@
-//! The store steps of a shard pipeline, each one task: begin a record, write a batch of chunks,
+//! The store steps of a shard pipeline, each one task: begin a batch of records, write a batch of chunks,
 //! advance a page of lane watermarks, collect old dispatches. Failures are retried here (see
 //! [`crate::retry`]); a step returns only when its effect is durable, refused, or abandoned
 //! because its partition was revoked (or shutdown gave up waiting).
@@ -11,7 +11,7 @@ use qim_store::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardFence, ShardId,
 };
 use qim_store::topic::decode_dispatch;
-use qim_store::{ChunkWrite, ErrorKind, MailboxStore, StoreError, StoreResult};
+use qim_store::{ChunkWrite, DispatchBegin, ErrorKind, MailboxStore, StoreError, StoreResult};
 use rdkafka::consumer::StreamConsumer;
 use tokio_util::sync::CancellationToken;
 
@@ -75,42 +75,97 @@ pub enum Begun {
     },
 }
 
-/// Decodes and begins `record` of the fenced shard: a first observation fixes the seq, a
-/// duplicate reuses the first receipt (and reports which chunks are done), a conflicting or
-/// undecodable record is dead-lettered.
-pub async fn begin(ctx: Arc<ShardContext>, fence: Arc<ShardFence>, record: Record, cancel: CancellationToken) -> Begun {
+/// Decodes and begins `records` of the fenced shard in one store call, in log order: a first
+/// observation fixes the seq, a duplicate reuses the first receipt (and reports which chunks are
+/// done), a conflicting or undecodable record is dead-lettered. One outcome per record, in order.
+/// The records must not share a dispatch id (a duplicate is begun after its first observation
+/// was answered).
+pub async fn begin(
+    ctx: Arc<ShardContext>,
+    fence: Arc<ShardFence>,
+    records: &[Record],
+    cancel: CancellationToken,
+) -> Vec<Begun> {
     let shard = fence.shard;
     let partition = i32::from(shard.0);
-    let manifest = match decode_dispatch(record.key.as_deref(), record.value.as_deref(), partition) {
-        Ok(m) => Arc::new(m),
-        Err(e) => {
-            tracing::warn!(shard = shard.0, offset = record.offset, error = %e, "undecodable dispatch record");
-            return refuse(&ctx, shard, &record, (e.reason(), &e.to_string()), "invalid", &cancel).await;
-        }
-    };
-    let refusal =
-        |k: ErrorKind| matches!(k, ErrorKind::DispatchConflict | ErrorKind::InvalidInput | ErrorKind::StateLost);
-    let begun = retry_store("begin_dispatch", &cancel, refusal, || {
-        ctx.store.begin_dispatch_fenced(&fence, ctx.epoch, &manifest, record.offset)
-    })
+    let decoded: Vec<_> = records
+        .iter()
+        .map(|r| decode_dispatch(r.key.as_deref(), r.value.as_deref(), partition).map(Arc::new))
+        .collect();
+    let (manifests, offsets): (Vec<Arc<DispatchManifest>>, Vec<u64>) =
+        decoded.iter().zip(records).filter_map(|(m, r)| m.as_ref().ok().map(|m| (Arc::clone(m), r.offset))).unzip();
+    let begins: Vec<DispatchBegin<'_>> = manifests
+        .iter()
+        .zip(&offsets)
+        .map(|(manifest, &observed_offset)| DispatchBegin { manifest, observed_offset })
+        .collect();
+    let refusal = |k: ErrorKind| matches!(k, ErrorKind::DispatchConflict | ErrorKind::InvalidInput);
+    let begun = retry_store(
+        "begin_dispatch",
+        &cancel,
+        |k| k == ErrorKind::StateLost,
+        || async {
+            let mut answers = ctx.store.begin_dispatches_fenced(&fence, ctx.epoch, &begins).await?;
+            // A record's own failure that is not a refusal (a corrupt row) is retried with the call:
+            // beginning the others again is harmless.
+            let retried = answers.iter().position(|a| matches!(a, Err(e) if !refusal(e.kind())));
+            if let Some(Err(e)) = retried.map(|i| answers.swap_remove(i)) {
+                return Err(e);
+            }
+            Ok(answers)
+        },
+    )
     .await;
-    let receipt = match begun {
-        None => return Begun::Abandoned,
-        Some(Ok(receipt)) => receipt,
-        Some(Err(e)) if e.kind() == ErrorKind::StateLost => return Begun::StateLost,
-        Some(Err(e)) => {
-            let outcome = if e.kind() == ErrorKind::DispatchConflict { "conflict" } else { "invalid" };
-            tracing::error!(shard = shard.0, offset = record.offset, error = %e, "dispatch record refused");
-            return refuse(&ctx, shard, &record, (e.kind().as_str(), &e.to_string()), outcome, &cancel).await;
-        }
+    let answers = match begun {
+        None => return records.iter().map(|_| Begun::Abandoned).collect(),
+        Some(Err(_)) => return records.iter().map(|_| Begun::StateLost).collect(),
+        Some(Ok(answers)) => answers,
     };
     crate::failpoint::crash_point("dispatcher::worker_after_begin");
+    let mut answers = answers.into_iter().zip(manifests);
+    let mut outcomes = Vec::with_capacity(records.len());
+    for (record, decoded) in records.iter().zip(decoded) {
+        let outcome = match decoded {
+            Err(e) => {
+                tracing::warn!(shard = shard.0, offset = record.offset, error = %e, "undecodable dispatch record");
+                refuse(&ctx, shard, record, (e.reason(), &e.to_string()), "invalid", &cancel).await
+            }
+            Ok(_) => match answers.next() {
+                Some((Ok(receipt), manifest)) => begun_one(&ctx, record, receipt, manifest, &cancel).await,
+                Some((Err(e), _)) => {
+                    let outcome = if e.kind() == ErrorKind::DispatchConflict { "conflict" } else { "invalid" };
+                    tracing::error!(shard = shard.0, offset = record.offset, error = %e, "dispatch record refused");
+                    refuse(&ctx, shard, record, (e.kind().as_str(), &e.to_string()), outcome, &cancel).await
+                }
+                None => {
+                    tracing::error!(
+                        shard = shard.0,
+                        offset = record.offset,
+                        "the store answered fewer begins than asked"
+                    );
+                    Begun::Abandoned
+                }
+            },
+        };
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+/// A begun record: a first observation as is, a duplicate with the chunks already done.
+async fn begun_one(
+    ctx: &ShardContext,
+    record: &Record,
+    receipt: DispatchReceipt,
+    manifest: Arc<DispatchManifest>,
+    cancel: &CancellationToken,
+) -> Begun {
     let duplicate_of = receipt.duplicate.then_some(receipt.canonical_offset);
-    emit(DispatchBegun { shard, offset: record.offset, duplicate_of });
+    emit(DispatchBegun { shard: receipt.id.shard, offset: record.offset, duplicate_of });
     if !receipt.duplicate {
         return Begun::Dispatch { receipt, manifest, completed: None };
     }
-    let progress = retry_store("dispatch_progress", &cancel, never, || ctx.store.dispatch_progress(receipt.id)).await;
+    let progress = retry_store("dispatch_progress", cancel, never, || ctx.store.dispatch_progress(receipt.id)).await;
     match progress {
         Some(Ok(p)) => {
             Begun::Dispatch { receipt, manifest, completed: Some(p.map(|p| p.completed).unwrap_or_default()) }

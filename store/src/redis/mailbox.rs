@@ -90,7 +90,7 @@ use crate::mailbox::{
     ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, LaneWatermark, MailboxEntry,
     MailboxPage, MailboxRetention, MailboxSeq, ShardEpoch, ShardFence, ShardId,
 };
-use crate::mailbox_store::{ChunkWrite, MailboxStore};
+use crate::mailbox_store::{ChunkWrite, DispatchBegin, MailboxStore};
 use crate::rules::{canonical_groups, range_preamble};
 
 static COMMIT: LazyLock<Script> = LazyLock::new(|| crate::redis::script(include_str!("scripts/mailbox_commit.lua")));
@@ -117,6 +117,14 @@ const GC_SCAN_CAP: usize = 10_000;
 /// Most sources one `mailbox_advance.lua` call inspects (bounds the script's run time: each
 /// costs a lookup per lane still moving).
 const ADVANCE_SOURCES: usize = 256;
+
+/// The one answer of a call that began one observation.
+fn only(mut answers: Vec<StoreResult<DispatchReceipt>>) -> StoreResult<DispatchReceipt> {
+    match (answers.pop(), answers.is_empty()) {
+        (Some(answer), true) => answer,
+        _ => Err(StoreError::InvariantViolation("a begin of one observation did not answer once".into())),
+    }
+}
 
 /// A transport or server error: a key of the wrong type is corrupt data, the rest `Unavailable`.
 fn redis_err(what: &str, err: redis::RedisError) -> StoreError {
@@ -205,7 +213,7 @@ impl MailboxStore for RedisMailboxStore {
         manifest: &DispatchManifest,
         observed_offset: u64,
     ) -> StoreResult<DispatchReceipt> {
-        self.begin(epoch, manifest, observed_offset, None).await
+        only(self.begin(epoch, &[DispatchBegin { manifest, observed_offset }], None).await?)
     }
 
     async fn begin_dispatch_fenced(
@@ -215,8 +223,16 @@ impl MailboxStore for RedisMailboxStore {
         manifest: &DispatchManifest,
         observed_offset: u64,
     ) -> StoreResult<DispatchReceipt> {
-        fence.admits(manifest.id.shard)?;
-        self.begin(epoch, manifest, observed_offset, Some(fence)).await
+        only(self.begin(epoch, &[DispatchBegin { manifest, observed_offset }], Some(fence)).await?)
+    }
+
+    async fn begin_dispatches_fenced(
+        &self,
+        fence: &ShardFence,
+        epoch: ShardEpoch,
+        begins: &[DispatchBegin<'_>],
+    ) -> StoreResult<Vec<StoreResult<DispatchReceipt>>> {
+        self.begin(epoch, begins, Some(fence)).await
     }
 
     async fn append_chunk(

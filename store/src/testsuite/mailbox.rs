@@ -9,7 +9,7 @@ use crate::mailbox::{
     MailboxSeq, MessageRef, ShardEpoch, ShardId,
 };
 use crate::message::MessageKind;
-use crate::{ErrorKind, MailboxStore};
+use crate::{DispatchBegin, ErrorKind, MailboxStore};
 
 mod dispatch;
 mod fence;

@@ -166,6 +166,7 @@ macro_rules! mailbox_store_contract_suite {
             corrupt_group_fails_closed,
             begin_dispatch_fixes_the_first_receipt,
             begin_dispatch_rejects_conflicts,
+            begins_in_one_call_answer_like_one_by_one,
             chunks_write_entries_and_record_completion,
             chunk_batches_write_and_complete_like_single_chunks,
             watermark_never_passes_incomplete_work_or_moves_back,

@@ -16,7 +16,7 @@ use qim_store::redis::mailbox::RedisMailboxStore;
 use qim_store::redis::RedisConfig;
 use qim_store::testsuite::fixtures::{assert_kind, clock, fresh_message_id, fresh_tenant, user, T0};
 use qim_store::testsuite::private_redis::PrivateRedis;
-use qim_store::{ErrorKind, MailboxStore};
+use qim_store::{DispatchBegin, ErrorKind, MailboxStore};
 
 const EPOCH: ShardEpoch = ShardEpoch(1);
 const SHARD: ShardId = ShardId(3);
@@ -129,4 +129,22 @@ async fn unfenced_writes_are_not_checked() {
     assert_kind(store.begin_dispatch_fenced(&stale, EPOCH, &m, 1).await, ErrorKind::StateLost, "a forged fence");
     let receipt = store.begin_dispatch(EPOCH, &m, 1).await.expect("an unfenced begin");
     assert_eq!(receipt.canonical_offset, 1);
+}
+
+#[tokio::test]
+async fn begins_of_one_call_under_a_broken_fence_write_nothing() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis).await;
+    let stale = ShardFence { shard: SHARD, incarnation: "some-other-copy:0".into() };
+    let (a, b) = (manifest(fresh_tenant()), manifest(fresh_tenant()));
+    let begins =
+        [DispatchBegin { manifest: &a, observed_offset: 1 }, DispatchBegin { manifest: &b, observed_offset: 2 }];
+    assert_kind(store.begin_dispatches_fenced(&stale, EPOCH, &begins).await, ErrorKind::StateLost, "a forged fence");
+    for m in [&a, &b] {
+        assert_eq!(store.dispatch_progress(m.id).await.unwrap(), None, "the refused call wrote nothing");
+    }
+    let fence = take_over(&store).await;
+    let begun = store.begin_dispatches_fenced(&fence, EPOCH, &begins).await.expect("the call under the shard's fence");
+    let offsets: Vec<u64> = begun.into_iter().map(|r| r.expect("begun").canonical_offset).collect();
+    assert_eq!(offsets, vec![1, 2]);
 }

@@ -8,9 +8,9 @@ use crate::codec::{decode_manifest, encode_manifest};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::MessageId;
 use crate::mailbox::{
-    ChunkId, DispatchId, DispatchManifest, DispatchProgress, DispatchReceipt, LaneId, MailboxSeq, ShardEpoch,
-    ShardFence, ShardId,
+    ChunkId, DispatchId, DispatchProgress, DispatchReceipt, LaneId, MailboxSeq, ShardEpoch, ShardFence, ShardId,
 };
+use crate::mailbox_store::DispatchBegin;
 
 /// What a dispatch row's `digest` holds of its manifest's canonical bytes: XXH3-128, hex. A
 /// chunk write compares it (16 bytes) instead of reading the whole manifest back.
@@ -18,62 +18,106 @@ pub(super) fn manifest_digest(manifest_bytes: &[u8]) -> String {
     hex::encode(xxhash_rust::xxh3::xxh3_128(manifest_bytes).to_be_bytes())
 }
 
+/// The receipt of `begun` from its answer in `mailbox_begin.lua`'s reply.
+fn receipt(begun: &DispatchBegin<'_>, answer: Option<Value>) -> StoreResult<DispatchReceipt> {
+    let shard = begun.manifest.id.shard;
+    let (code, rest) = status(answer.unwrap_or(Value::Nil))?;
+    let mut rest = rest.into_iter();
+    match code.as_str() {
+        "ok" => {
+            let canonical_offset = number(rest.next(), "canonical offset")?;
+            let seq = MailboxSeq::from_u64(number(rest.next(), "seq")?)
+                .ok_or_else(|| StoreError::CorruptEntry("dispatch seq has bit 63 set".into()))?;
+            Ok(DispatchReceipt {
+                id: begun.manifest.id,
+                seq,
+                canonical_offset,
+                observed_offset: begun.observed_offset,
+                duplicate: begun.observed_offset != canonical_offset,
+            })
+        }
+        "dispatch_conflict" => Err(StoreError::DispatchConflict(format!("shard {}: {}", shard.0, text(rest.next())))),
+        "corrupt" => Err(corrupt(shard, rest.next())),
+        other => Err(StoreError::CorruptEntry(format!("begin_dispatch script answered {other:?}"))),
+    }
+}
+
 pub(super) fn not_begun(id: &DispatchId) -> StoreError {
     StoreError::NotFound(format!("dispatch {}/{} was never begun", id.message_id, id.shard.0))
 }
 
 impl RedisMailboxStore {
+    /// Begins `begins` in one script call on the shard's slot (see `mailbox_begin.lua`): one
+    /// result per observation, refused ones (a bad seq, another shard than `fence`'s) without
+    /// being sent. `StateLost` for the whole call when the fence broke.
     pub(super) async fn begin(
         &self,
         epoch: ShardEpoch,
-        manifest: &DispatchManifest,
-        observed_offset: u64,
+        begins: &[DispatchBegin<'_>],
         fence: Option<&ShardFence>,
-    ) -> StoreResult<DispatchReceipt> {
-        let seq = crate::rules::dispatch_seq(epoch, manifest, observed_offset)?;
-        let bytes = encode_manifest(manifest);
-        let now = self.clock.now().0;
-        let keys = self.shard_keys(manifest.id.shard);
-        let (row, _, obs) = keys.dispatch(&manifest.id.message_id);
+    ) -> StoreResult<Vec<StoreResult<DispatchReceipt>>> {
+        let mut answers: Vec<Option<StoreResult<DispatchReceipt>>> = Vec::with_capacity(begins.len());
         let mut inv = BEGIN.prepare_invoke();
-        inv.key(&row).key(&obs).key(&keys.sources).key(&keys.src).key(&keys.seen).key(&keys.work);
-        inv.key(&keys.incarnation);
-        inv.arg(manifest.id.message_id.to_hex())
-            .arg(&bytes)
-            .arg(observed_offset.to_string())
-            .arg(seq.as_u64().to_string())
-            .arg(now)
-            .arg(fence_arg(fence))
-            .arg(manifest_digest(&bytes));
-        for (lane, count) in manifest.chunk_counts().iter().enumerate() {
-            if *count > 0 {
-                inv.arg(lane).arg(*count);
+        let mut sent = 0;
+        let shard = fence.map(|f| f.shard).or_else(|| begins.first().map(|b| b.manifest.id.shard));
+        let Some(shard) = shard else { return Ok(Vec::new()) };
+        let keys = self.shard_keys(shard);
+        inv.key(&keys.sources).key(&keys.src).key(&keys.seen).key(&keys.work).key(&keys.incarnation);
+        inv.arg(fence_arg(fence)).arg(self.clock.now().0);
+        for b in begins {
+            let manifest = b.manifest;
+            let admitted = fence.map_or(Ok(()), |f| f.admits(manifest.id.shard));
+            let seq = match admitted.and_then(|()| crate::rules::dispatch_seq(epoch, manifest, b.observed_offset)) {
+                Ok(seq) => seq,
+                Err(e) => {
+                    answers.push(Some(Err(e)));
+                    continue;
+                }
+            };
+            let bytes = encode_manifest(manifest);
+            let (row, _, obs) = keys.dispatch(&manifest.id.message_id);
+            inv.key(row).key(obs);
+            let lanes: Vec<(usize, u32)> =
+                manifest.chunk_counts().iter().copied().enumerate().filter(|(_, count)| *count > 0).collect();
+            inv.arg(manifest.id.message_id.to_hex())
+                .arg(&bytes)
+                .arg(b.observed_offset.to_string())
+                .arg(seq.as_u64().to_string())
+                .arg(manifest_digest(&bytes))
+                .arg(lanes.len());
+            for (lane, count) in lanes {
+                inv.arg(lane).arg(count);
             }
+            answers.push(None);
+            sent += 1;
+        }
+        if sent == 0 {
+            return Ok(answers.into_iter().flatten().collect());
         }
         let reply: Value =
-            inv.invoke_async(&mut self.conn.clone()).await.map_err(|e| redis_err("beginning a dispatch", e))?;
+            inv.invoke_async(&mut self.conn.clone()).await.map_err(|e| redis_err("beginning dispatches", e))?;
         let (code, rest) = status(reply)?;
-        let mut rest = rest.into_iter();
         match code.as_str() {
-            "ok" => {
-                let canonical_offset = number(rest.next(), "canonical offset")?;
-                let seq = MailboxSeq::from_u64(number(rest.next(), "seq")?)
-                    .ok_or_else(|| StoreError::CorruptEntry("dispatch seq has bit 63 set".into()))?;
-                Ok(DispatchReceipt {
-                    id: manifest.id,
-                    seq,
-                    canonical_offset,
-                    observed_offset,
-                    duplicate: observed_offset != canonical_offset,
-                })
-            }
-            "lost" => Err(lost(manifest.id.shard)),
-            "dispatch_conflict" => {
-                Err(StoreError::DispatchConflict(format!("shard {}: {}", manifest.id.shard.0, text(rest.next()))))
-            }
-            "corrupt" => Err(corrupt(manifest.id.shard, rest.next())),
-            other => Err(StoreError::CorruptEntry(format!("begin_dispatch script answered {other:?}"))),
+            "ok" => {}
+            "lost" => return Err(lost(shard)),
+            "corrupt" => return Err(corrupt(shard, rest.into_iter().next())),
+            other => return Err(StoreError::CorruptEntry(format!("begin_dispatch script answered {other:?}"))),
         }
+        if rest.len() != sent {
+            return Err(StoreError::CorruptEntry(format!(
+                "begin_dispatch script answered {} observations of {sent}",
+                rest.len()
+            )));
+        }
+        let mut replies = rest.into_iter();
+        Ok(begins
+            .iter()
+            .zip(answers)
+            .map(|(b, answer)| match answer {
+                Some(refused) => refused,
+                None => receipt(b, replies.next()),
+            })
+            .collect())
     }
 
     pub(super) async fn progress(&self, dispatch: DispatchId) -> StoreResult<Option<DispatchProgress>> {

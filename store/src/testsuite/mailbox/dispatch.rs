@@ -2,6 +2,7 @@
 //! watermarks and their collection.
 
 use super::*;
+use crate::mailbox::{DispatchReceipt, ShardFence};
 
 /// The first observation fixes the seq; a later duplicate reuses it.
 pub async fn begin_dispatch_fixes_the_first_receipt(h: &dyn MailboxHarness) {
@@ -43,6 +44,65 @@ pub async fn begin_dispatch_rejects_conflicts(h: &dyn MailboxHarness) {
     assert_kind(store.begin_dispatch(EPOCH, &empty, 12).await, ErrorKind::InvalidInput, "no recipients");
     let progress = store.dispatch_progress(m.id).await.unwrap().unwrap();
     assert_eq!(progress.max_observed_offset, 10, "refused observations left no trace");
+}
+
+/// Observations begun in one call get what one call each would give them, in order: a duplicate
+/// after its first observation reuses its receipt, and a refused observation refuses only
+/// itself.
+pub async fn begins_in_one_call_answer_like_one_by_one(h: &dyn MailboxHarness) {
+    let (store, _) = open(h).await;
+    let (t, shard) = (fresh_tenant(), fresh_shard());
+    let fence = ShardFence { shard, incarnation: store.shard_incarnation(shard).await.unwrap() };
+    let (a, b, g) = (
+        manifest(t, shard, vec![user(1)]),
+        manifest(t, shard, vec![user(2), user(3)]),
+        manifest(t, shard, vec![user(4)]),
+    );
+    let changed_b = DispatchManifest::new(b.id, b.message.clone(), vec![user(5)]);
+    let other_shard = manifest(t, ShardId(shard.0.wrapping_add(1)), vec![user(6)]);
+    let empty = DispatchManifest { recipients: vec![], ..manifest(t, shard, vec![user(7)]) };
+    let at_a = manifest(t, shard, vec![user(8)]);
+    let begins = [
+        DispatchBegin { manifest: &a, observed_offset: 10 },
+        DispatchBegin { manifest: &b, observed_offset: 11 },
+        DispatchBegin { manifest: &a, observed_offset: 12 },
+        DispatchBegin { manifest: &changed_b, observed_offset: 13 },
+        DispatchBegin { manifest: &other_shard, observed_offset: 14 },
+        DispatchBegin { manifest: &empty, observed_offset: 15 },
+        DispatchBegin { manifest: &at_a, observed_offset: 10 },
+        DispatchBegin { manifest: &g, observed_offset: 16 },
+    ];
+    let mut answers = store.begin_dispatches_fenced(&fence, EPOCH, &begins).await.unwrap().into_iter();
+    let mut next = || answers.next().expect("one answer per observation");
+    let first_a = next().unwrap();
+    assert_eq!((first_a.canonical_offset, first_a.duplicate), (10, false));
+    assert_eq!(first_a.seq, MailboxSeq::from_offset(EPOCH, 10).unwrap());
+    let first_b = next().unwrap();
+    assert_eq!((first_b.canonical_offset, first_b.duplicate), (11, false));
+    let dup_a = next().unwrap();
+    assert_eq!(
+        (dup_a.seq, dup_a.canonical_offset, dup_a.observed_offset, dup_a.duplicate),
+        (first_a.seq, 10, 12, true)
+    );
+    assert_kind(next(), ErrorKind::DispatchConflict, "same id, other recipients");
+    assert_kind(next(), ErrorKind::InvalidInput, "another shard than the fence's");
+    assert_kind(next(), ErrorKind::InvalidInput, "no recipients");
+    assert_kind(next(), ErrorKind::DispatchConflict, "two dispatches at one offset");
+    let first_g = next().unwrap();
+    assert_eq!((first_g.canonical_offset, first_g.duplicate), (16, false));
+    assert!(answers.next().is_none(), "no more answers than observations");
+
+    let a_progress = store.dispatch_progress(a.id).await.unwrap().expect("a begun");
+    assert_eq!((a_progress.receipt, a_progress.max_observed_offset), (first_a, 12));
+    let b_progress = store.dispatch_progress(b.id).await.unwrap().expect("b begun");
+    assert_eq!((b_progress.receipt, b_progress.max_observed_offset, &b_progress.manifest), (first_b, 11, &b));
+    for refused in [&other_shard, &empty, &at_a] {
+        assert_eq!(store.dispatch_progress(refused.id).await.unwrap(), None, "a refused observation wrote nothing");
+    }
+    let again = store.begin_dispatches_fenced(&fence, EPOCH, &begins[..3]).await.unwrap();
+    let again: Vec<DispatchReceipt> = again.into_iter().map(Result::unwrap).collect();
+    assert_eq!(again, vec![first_a, first_b, dup_a], "beginning them again is harmless");
+    assert!(store.begin_dispatches_fenced(&fence, EPOCH, &[]).await.unwrap().is_empty(), "nothing to begin");
 }
 
 /// Chunks write one entry per recipient at the canonical seq; completion is separate and
