@@ -11,8 +11,8 @@ use qim_store::StoreError;
 
 use crate::metrics::{
     CHUNK_BATCH_CHUNKS, CHUNK_SECONDS, DEAD_LETTERS, DISPATCHES, DISPATCHES_COLLECTED, DUPLICATES_ABSORBED,
-    END_TO_END_SECONDS, ENTRIES_WRITTEN, LANE_WATERMARK_LAG, RETRIES, ROUTER_FANOUT, ROUTER_FANOUT_SHARDS,
-    ROUTER_MESSAGES, SHARD_RESYNCS, WATERMARK_ADVANCES,
+    END_TO_END_SECONDS, ENTRIES_WRITTEN, LANE_WATERMARK_LAG, MARK_BATCH_CHUNKS, MARK_SECONDS, RETRIES, ROUTER_FANOUT,
+    ROUTER_FANOUT_SHARDS, ROUTER_MESSAGES, SHARD_RESYNCS, WATERMARK_ADVANCES,
 };
 
 /// A message became readable in every recipient's mailbox of a shard (see
@@ -157,13 +157,14 @@ impl InternalEvent for DispatchRefused {
     }
 }
 
-/// One lane's batch of chunks was written and marked complete.
+/// One lane's batch of chunks was written (its completion is marked by the shard's next mark
+/// call).
 pub struct ChunksWritten {
     /// Mailbox entries written.
     pub entries: usize,
     /// Chunks in the batch.
     pub chunks: usize,
-    /// From the write's start to its completion mark.
+    /// The write's duration.
     pub elapsed: Duration,
 }
 
@@ -172,6 +173,21 @@ impl InternalEvent for ChunksWritten {
         counter!(ENTRIES_WRITTEN).increment(self.entries as u64);
         histogram!(CHUNK_SECONDS).record(self.elapsed.as_secs_f64());
         histogram!(CHUNK_BATCH_CHUNKS).record(self.chunks as f64);
+    }
+}
+
+/// Written chunks of one shard, of any lanes, were marked complete in one call.
+pub struct ChunksMarked {
+    /// Chunks marked.
+    pub chunks: usize,
+    /// The call's duration.
+    pub elapsed: Duration,
+}
+
+impl InternalEvent for ChunksMarked {
+    fn emit(self) {
+        histogram!(MARK_SECONDS).record(self.elapsed.as_secs_f64());
+        histogram!(MARK_BATCH_CHUNKS).record(self.chunks as f64);
     }
 }
 

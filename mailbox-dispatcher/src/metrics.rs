@@ -17,10 +17,14 @@ pub const DISPATCHES: &str = "qim_dispatcher_dispatches_total";
 pub const DUPLICATES_ABSORBED: &str = "qim_dispatcher_duplicates_absorbed_total";
 /// Counter: mailbox entries written (a replayed chunk counts again).
 pub const ENTRIES_WRITTEN: &str = "qim_dispatcher_entries_written_total";
-/// Histogram (seconds): one batch of chunks (of one lane) written and marked complete.
+/// Histogram (seconds): one batch of chunks (of one lane) written.
 pub const CHUNK_SECONDS: &str = "qim_dispatcher_chunk_seconds";
 /// Histogram: chunks in one batch (small groups' one-recipient chunks of a lane travel together).
 pub const CHUNK_BATCH_CHUNKS: &str = "qim_dispatcher_chunk_batch_chunks";
+/// Histogram (seconds): one call marking written chunks complete (all lanes of a shard).
+pub const MARK_SECONDS: &str = "qim_dispatcher_mark_seconds";
+/// Histogram: chunks marked complete in one call.
+pub const MARK_BATCH_CHUNKS: &str = "qim_dispatcher_mark_batch_chunks";
 /// Gauge, label `shard`: highest observed offset minus the lowest lane watermark of the shard
 /// (offset distance; 0 when every lane passed everything observed, and 0 once this instance
 /// stopped owning the shard: its new owner reports it).
@@ -61,12 +65,10 @@ pub fn describe() {
     describe_counter!(DISPATCHES, "Dispatch records the shard workers observed, by outcome.");
     describe_counter!(DUPLICATES_ABSORBED, "Duplicate dispatch records that reused the first receipt.");
     describe_counter!(ENTRIES_WRITTEN, "Mailbox entries written.");
-    describe_histogram!(
-        CHUNK_SECONDS,
-        Unit::Seconds,
-        "Latency of one batch of chunks of a lane: entries written and marked complete."
-    );
+    describe_histogram!(CHUNK_SECONDS, Unit::Seconds, "Latency of one batch of chunks of a lane: its entries written.");
     describe_histogram!(CHUNK_BATCH_CHUNKS, "Chunks written together in one batch.");
+    describe_histogram!(MARK_SECONDS, Unit::Seconds, "Latency of one call marking a shard's written chunks complete.");
+    describe_histogram!(MARK_BATCH_CHUNKS, "Chunks marked complete together in one call.");
     describe_gauge!(LANE_WATERMARK_LAG, "Highest observed offset minus the lowest lane watermark, per shard.");
     describe_histogram!(
         END_TO_END_SECONDS,

@@ -15,7 +15,9 @@
 //! more) are dropped: their new owner reads them from the committed offset.
 
 pub mod begins;
+pub mod lanes;
 mod lost_state;
+pub mod marks;
 pub mod pipeline;
 pub mod readable;
 pub mod resync;

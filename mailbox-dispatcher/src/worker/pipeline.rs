@@ -4,12 +4,11 @@
 //! - **Begin** runs in log order, one store call for the records queued since the last call (see
 //!   [`super::begins`]), never two of one dispatch id at once, so the first observation of a
 //!   dispatch is always begun before its duplicates.
-//! - **Chunks** (at most 256 recipients each) wait in one queue per lane and are started round
-//!   robin over the lanes in batches, at most [`LANE_MAX_IN_FLIGHT`] batches per lane and
-//!   `chunks_in_flight` per shard: a 10 000-recipient group occupies its lanes' queues, never the
-//!   whole shard, and every other lane keeps moving. A batch takes the lane's queued chunks in
-//!   order up to [`BATCH_MAX_ENTRIES`] entries and [`BATCH_MAX_CHUNKS`] chunks, so a small
-//!   group's one-recipient chunks of many records cost the store one write and one mark.
+//! - **Chunks** (at most 256 recipients each) wait in one queue per lane and are written in
+//!   batches of one lane each (see [`super::lanes`]): a lane whose writes are held never holds
+//!   up the others.
+//! - **Marks**: a lane batch's chunks, once written, are marked complete by the shard's next mark
+//!   call, one at a time over every lane (see [`super::marks`]).
 //! - **Watermarks** advance page-wise: every `advance_every`, each lane whose complete prefix
 //!   grew is advanced to the highest source of that prefix (see [`super::window`]), all such
 //!   lanes in one `advance_watermarks` call; the store checks every source it passes, so even a
@@ -30,7 +29,7 @@
 //! already received, advances the watermarks over them (one last page) and stores their offsets
 //! (the worker revokes everything if that takes too long).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +43,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::begins::{BeginBatch, BeginQueue};
+use super::lanes::LaneQueues;
+use super::marks::{mark_chunks, MarkQueue, MarksDone};
 use super::readable::Readability;
 use super::resync::{next_after, seek_back, Arrival, Resync};
 use super::steps::{advance, begin, read_watermarks, write_chunks, Begun, ChunkJob, ChunksDone, Record, ShardContext};
@@ -57,12 +58,6 @@ use crate::events::{
 pub const MAX_WINDOW_RECORDS: usize = 1024;
 /// Most record bytes in flight per shard (one larger record is still admitted alone).
 pub const MAX_WINDOW_BYTES: usize = 8 << 20;
-/// Most chunk batches of one lane in flight.
-pub const LANE_MAX_IN_FLIGHT: usize = 4;
-/// Most entries one chunk batch writes (one whole chunk is always taken, whatever its size).
-pub const BATCH_MAX_ENTRIES: usize = 64;
-/// Most chunks in one batch.
-pub const BATCH_MAX_CHUNKS: usize = 64;
 /// How often completed dispatches are collected.
 const GC_EVERY: Duration = Duration::from_secs(300);
 /// Most dispatches collected per pass.
@@ -76,6 +71,7 @@ pub(super) enum Done {
     /// dispatch keys.
     Begin(Vec<(u64, Begun)>, Vec<Vec<u8>>),
     Chunks(ChunksDone),
+    Marks(MarksDone),
     Advance(Vec<(LaneId, StoreResult<LaneWatermark>)>),
     Watermarks(StoreResult<Vec<LaneWatermark>>),
     /// The watermarks read after the store was found to have lost state.
@@ -93,10 +89,8 @@ pub struct Pipeline {
     pub(super) window: Window,
     readable: Readability,
     to_begin: BeginQueue,
-    lanes: Vec<VecDeque<ChunkJob>>,
-    lane_running: [usize; LANE_COUNT],
-    next_lane: usize,
-    chunks_running: usize,
+    lanes: LaneQueues,
+    to_mark: MarkQueue,
     advancing: [bool; LANE_COUNT],
     advanced: [Option<u64>; LANE_COUNT],
     watermarks_known: bool,
@@ -143,10 +137,8 @@ impl Pipeline {
             window: Window::default(),
             readable: Readability::default(),
             to_begin: BeginQueue::default(),
-            lanes: (0..LANE_COUNT).map(|_| VecDeque::new()).collect(),
-            lane_running: [0; LANE_COUNT],
-            next_lane: 0,
-            chunks_running: 0,
+            lanes: LaneQueues::default(),
+            to_mark: MarkQueue::default(),
             advancing: [false; LANE_COUNT],
             advanced: [None; LANE_COUNT],
             watermarks_known: false,
@@ -187,8 +179,9 @@ impl Pipeline {
                 // After a shutdown, what was already received is still finished.
                 self.start_begins();
                 self.start_chunks();
+                self.start_marks();
             }
-            let idle = self.to_begin.is_empty() && self.lanes.iter().all(VecDeque::is_empty);
+            let idle = self.to_begin.is_empty() && self.lanes.is_empty() && self.to_mark.is_empty();
             if intake_stopped && self.tasks.is_empty() && (revoked || idle) {
                 if revoked || self.last_page {
                     break;
@@ -267,31 +260,22 @@ impl Pipeline {
         }
     }
 
-    /// Starts chunk batches round robin over the lanes, within the shard's and each lane's bound.
+    /// Starts chunk batches (see [`LaneQueues`]).
     fn start_chunks(&mut self) {
-        while self.chunks_running < self.ctx.chunks_in_flight {
-            let Some(lane) = (0..LANE_COUNT)
-                .map(|i| (self.next_lane + i) % LANE_COUNT)
-                .find(|l| !self.lanes[*l].is_empty() && self.lane_running[*l] < LANE_MAX_IN_FLIGHT)
-            else {
-                return;
-            };
-            let queue = &mut self.lanes[lane];
-            let mut batch: Vec<ChunkJob> = vec![queue.pop_front().expect("lane has work")];
-            let mut entries = batch[0].entries;
-            while let Some(next) = queue.front() {
-                if batch.len() >= BATCH_MAX_CHUNKS || entries + next.entries > BATCH_MAX_ENTRIES {
-                    break;
-                }
-                entries += next.entries;
-                batch.push(queue.pop_front().expect("front exists"));
-            }
-            self.next_lane = (lane + 1) % LANE_COUNT;
-            self.lane_running[lane] += 1;
-            self.chunks_running += 1;
+        while let Some((lane, batch)) = self.lanes.next_batch(self.ctx.chunks_in_flight) {
+            let (store, cancel) = (Arc::clone(&self.ctx.store), self.steps.clone());
+            self.tasks.spawn(async move { Done::Chunks(write_chunks(store, lane, batch, cancel).await) });
+        }
+    }
+
+    /// Starts the next mark call of written chunks (see [`MarkQueue`]).
+    fn start_marks(&mut self) {
+        if self.stopped() {
+            return;
+        }
+        if let Some(chunks) = self.to_mark.next_batch() {
             let (store, fence, cancel) = (Arc::clone(&self.ctx.store), Arc::clone(&self.fence), self.steps.clone());
-            let lane = LaneId::new(lane as u8).expect("a lane index");
-            self.tasks.spawn(async move { Done::Chunks(write_chunks(store, fence, lane, batch, cancel).await) });
+            self.tasks.spawn(async move { Done::Marks(mark_chunks(store, fence, chunks, cancel).await) });
         }
     }
 
@@ -304,16 +288,22 @@ impl Pipeline {
                 }
             }
             Done::Chunks(c) => {
-                let lane = usize::from(c.lane.get());
-                self.lane_running[lane] -= 1;
-                self.chunks_running -= 1;
-                if c.completed {
-                    for (offset, chunk) in c.chunks {
+                self.lanes.answered(c.lane);
+                if c.written {
+                    self.to_mark.push(c.chunks);
+                } else if c.lost_dispatch {
+                    self.store_lost_state("a chunk write found its dispatch gone");
+                }
+            }
+            Done::Marks(m) => {
+                self.to_mark.answered();
+                if m.completed {
+                    for (offset, _, chunk) in m.chunks {
                         self.window.chunk_done(offset, chunk);
                     }
                     self.dirty = true;
-                } else if c.lost_dispatch {
-                    self.store_lost_state("a chunk step found its dispatch gone or its fence broken");
+                } else if m.lost_state {
+                    self.store_lost_state("a chunk mark found its dispatch gone or its fence broken");
                 }
             }
             Done::Advance(results) => {
@@ -399,7 +389,7 @@ impl Pipeline {
                             let before = index as usize * CHUNK_MAX_RECIPIENTS;
                             let entries = (sizes[l] - before).min(CHUNK_MAX_RECIPIENTS);
                             let job = ChunkJob { offset, receipt, manifest: Arc::clone(&manifest), chunk, entries };
-                            self.lanes[l].push_back(job);
+                            self.lanes.push(lane, job);
                         }
                     }
                 }

@@ -219,50 +219,38 @@ pub struct ChunkJob {
 pub struct ChunksDone {
     /// The lane the chunks are of.
     pub lane: LaneId,
-    /// `(record offset, chunk)` of every chunk of the batch.
-    pub chunks: Vec<(u64, ChunkId)>,
-    /// `true` when all were written and durably marked complete; `false` when abandoned.
-    pub completed: bool,
-    /// The store no longer knows a dispatch of the batch (`NotFound`) or refused the marks
-    /// (`StateLost`): it lost its state.
+    /// `(record offset, dispatch, chunk)` of every chunk of the batch.
+    pub chunks: Vec<(u64, DispatchId, ChunkId)>,
+    /// `true` when all were written (their completion is still to be marked); `false` when
+    /// abandoned.
+    pub written: bool,
+    /// The store no longer knows a dispatch of the batch (`NotFound`): it lost its state.
     pub lost_dispatch: bool,
 }
 
-/// Writes the entries of a batch of chunks of one lane of the fenced shard (one store call), then
-/// marks them all complete (one more, fenced: a store that lost state since writes nothing).
+/// Writes the entries of a batch of chunks of one lane of the fenced shard (one store call). Their
+/// completion is marked by the shard's next [`super::marks::mark_chunks`] call.
 pub async fn write_chunks(
     store: Arc<dyn MailboxStore>,
-    fence: Arc<ShardFence>,
     lane: LaneId,
     jobs: Vec<ChunkJob>,
     cancel: CancellationToken,
 ) -> ChunksDone {
     let started = Instant::now();
-    let chunks: Vec<(u64, ChunkId)> = jobs.iter().map(|j| (j.offset, j.chunk)).collect();
+    let chunks: Vec<(u64, DispatchId, ChunkId)> = jobs.iter().map(|j| (j.offset, j.receipt.id, j.chunk)).collect();
     let writes: Vec<ChunkWrite<'_>> =
         jobs.iter().map(|j| ChunkWrite { receipt: &j.receipt, manifest: &j.manifest, chunk: j.chunk }).collect();
-    // A dispatch the store does not know (any more) was begun here, or the fence broke: the
-    // store lost its state, and retrying can not bring it back; the pipeline reads the log again.
-    let lost = |k: ErrorKind| matches!(k, ErrorKind::NotFound | ErrorKind::StateLost);
-    let abandoned = |result: &Option<Result<_, StoreError>>, chunks| ChunksDone {
-        lane,
-        chunks,
-        completed: false,
-        lost_dispatch: matches!(result, Some(Err(e)) if lost(e.kind())),
-    };
+    // A dispatch the store does not know (any more) was begun here: the store lost its state,
+    // and retrying can not bring it back; the pipeline reads the log again.
+    let lost = |k: ErrorKind| k == ErrorKind::NotFound;
     let written = retry_store("append_chunks", &cancel, lost, || store.append_chunks(&writes)).await;
-    let Some(Ok(entries)) = written else { return abandoned(&written.map(|r| r.map(drop)), chunks) };
+    let Some(Ok(entries)) = written else {
+        let lost_dispatch = matches!(written, Some(Err(e)) if lost(e.kind()));
+        return ChunksDone { lane, chunks, written: false, lost_dispatch };
+    };
     crate::failpoint::crash_point("dispatcher::worker_after_chunk_write");
-    let marks: Vec<(DispatchId, ChunkId)> = jobs.iter().map(|j| (j.receipt.id, j.chunk)).collect();
-    let marked =
-        retry_store("mark_chunks_completed", &cancel, lost, || store.mark_chunks_completed_fenced(&fence, &marks))
-            .await;
-    if !matches!(marked, Some(Ok(()))) {
-        return abandoned(&marked, chunks);
-    }
-    crate::failpoint::crash_point("dispatcher::worker_after_chunk_complete");
     emit(ChunksWritten { entries, chunks: chunks.len(), elapsed: started.elapsed() });
-    ChunksDone { lane, chunks, completed: true, lost_dispatch: false }
+    ChunksDone { lane, chunks, written: true, lost_dispatch: false }
 }
 
 /// Advances lanes of the fenced shard to their targets in one store call (one attempt; the next
