@@ -1,6 +1,6 @@
-//! The store steps of a shard pipeline, each one task: begin a batch of records, write a batch of chunks,
-//! advance a page of lane watermarks, collect old dispatches. Failures are retried here (see
-//! [`crate::retry`]); a step returns only when its effect is durable, refused, or abandoned
+//! The store steps of a shard pipeline, each one task: begin a batch of records, write a batch of
+//! chunks, advance a page of lane watermarks, collect old dispatches. Failures are retried here
+//! (see [`crate::retry`]); a step returns only when its effect is durable, refused, or abandoned
 //! because its partition was revoked (or shutdown gave up waiting).
 
 use std::sync::Arc;
@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 
 use qim_runtime::events::emit;
 use qim_store::mailbox::{
-    ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardFence, ShardId,
+    ChunkId, DispatchManifest, DispatchReceipt, LaneId, LaneWatermark, ShardEpoch, ShardFence, ShardId,
 };
 use qim_store::topic::decode_dispatch;
 use qim_store::{ChunkWrite, DispatchBegin, ErrorKind, MailboxStore, StoreError, StoreResult};
 use rdkafka::consumer::StreamConsumer;
 use tokio_util::sync::CancellationToken;
 
+use super::marks::Written;
 use crate::config::KafkaConfig;
 use qim_runtime::kafka::consumer::GroupContext;
 
@@ -219,8 +220,8 @@ pub struct ChunkJob {
 pub struct ChunksDone {
     /// The lane the chunks are of.
     pub lane: LaneId,
-    /// `(record offset, dispatch, chunk)` of every chunk of the batch.
-    pub chunks: Vec<(u64, DispatchId, ChunkId)>,
+    /// Every chunk of the batch.
+    pub chunks: Vec<Written>,
     /// `true` when all were written (their completion is still to be marked); `false` when
     /// abandoned.
     pub written: bool,
@@ -237,7 +238,7 @@ pub async fn write_chunks(
     cancel: CancellationToken,
 ) -> ChunksDone {
     let started = Instant::now();
-    let chunks: Vec<(u64, DispatchId, ChunkId)> = jobs.iter().map(|j| (j.offset, j.receipt.id, j.chunk)).collect();
+    let chunks: Vec<Written> = jobs.iter().map(|j| (j.offset, j.receipt.id, j.chunk)).collect();
     let writes: Vec<ChunkWrite<'_>> =
         jobs.iter().map(|j| ChunkWrite { receipt: &j.receipt, manifest: &j.manifest, chunk: j.chunk }).collect();
     // A dispatch the store does not know (any more) was begun here: the store lost its state,
