@@ -39,7 +39,9 @@
 //!   before Redis lost state can not build on the rolled-back state (move a watermark over
 //!   observations Redis forgot, fix a dispatch's receipt at a later duplicate) before it notices.
 //! - `…:work` HASH: `<message id hex>` → highest observed offset (as the row's `max`) and
-//!   `<message id hex>:<lane>` → chunks of the lane not yet complete (for lanes with work). What
+//!   `<message id hex>:<lane>` → chunks of the lane not yet complete (for lanes with work), and
+//!   `<message id hex>:lanes` → those lanes, comma-separated (so an advance reads the counts of
+//!   those lanes only; a dispatch an earlier release began lacks it and has every lane read). What
 //!   watermarks and GC need of every dispatch lives in this one shard key, so their scripts read
 //!   only keys they declare (no script builds a key name).
 //!

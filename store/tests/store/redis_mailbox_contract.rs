@@ -426,6 +426,45 @@ mod redis_specific {
         assert!(store.chunk_completed(m.id, chunk).await.unwrap());
     }
 
+    /// A dispatch lists its lanes with work in the shard's work hash, and an advance reads only
+    /// those lanes' counts; one an earlier release began lists none and has every lane on the way
+    /// read. Both hold their incomplete lane and let every other lane pass; both pass once
+    /// complete, and GC leaves nothing of them.
+    #[tokio::test]
+    async fn advances_read_the_lanes_a_dispatch_lists_and_every_lane_of_one_that_lists_none() {
+        let (store, config, _, _cleanup) = open().await;
+        let (t, shard, epoch) = (fresh_tenant(), ShardId(17), ShardEpoch(1));
+        let work = format!("{}:{{d:17}}:work", config.namespace);
+        let mut conn = raw(&config).await;
+        let lane_a = lane_of(&t, &user(1));
+        let other = (2..).map(user).find(|u| lane_of(&t, u) != lane_a).expect("a user in another lane");
+        let (a, b) = (one_recipient_dispatch(t, shard, user(1)), one_recipient_dispatch(t, shard, other));
+        let lane_b = lane_of(&t, &other);
+        store.begin_dispatch(epoch, &a, 1).await.unwrap();
+        store.begin_dispatch(epoch, &b, 2).await.unwrap();
+        let listed = |m: &DispatchManifest| format!("{}:lanes", m.id.message_id.to_hex());
+        let lanes: Option<String> = redis::cmd("HGET").arg(&work).arg(listed(&a)).query_async(&mut conn).await.unwrap();
+        assert_eq!(lanes, Some(lane_a.get().to_string()), "a lists its one lane with work");
+        let _: () = redis::cmd("HDEL").arg(&work).arg(listed(&b)).query_async(&mut conn).await.unwrap();
+
+        let everywhere: Vec<(LaneId, u64)> = LaneId::all().map(|l| (l, 2)).collect();
+        for ((lane, _), answer) in everywhere.iter().zip(store.advance_watermarks(shard, &everywhere).await) {
+            if *lane == lane_a || *lane == lane_b {
+                assert_eq!(answer.unwrap_err().kind(), ErrorKind::Conflict, "lane {} has incomplete work", lane.get());
+            } else {
+                assert_eq!(answer.unwrap().through, Some(2), "lane {} has no work in either", lane.get());
+            }
+        }
+        let chunks = [(a.id, ChunkId { lane: lane_a, index: 0 }), (b.id, ChunkId { lane: lane_b, index: 0 })];
+        store.mark_chunks_completed(&chunks).await.unwrap();
+        for answer in store.advance_watermarks(shard, &[(lane_a, 2), (lane_b, 2)]).await {
+            assert_eq!(answer.unwrap().through, Some(2), "complete work is passed");
+        }
+        assert_eq!(store.gc_completed_dispatches(shard, i64::MAX, 10).await.unwrap(), 2);
+        let left: i64 = redis::cmd("HLEN").arg(&work).query_async(&mut conn).await.unwrap();
+        assert_eq!(left, 0, "GC leaves no work field of either, their lane lists included");
+    }
+
     /// One `advance_watermark` crosses more sources than one script inspects (256): it stops at
     /// the first incomplete one anywhere, and passes all of them once complete. All 64 lanes
     /// advanced together (one script per round trip) answer each on its own: the incomplete lane

@@ -34,7 +34,8 @@ pub(super) struct ShardKeys {
     pub(super) seen: String,
     pub(super) watermarks: String,
     /// `<message id hex>` → max observed offset, `<message id hex>:<lane>` → chunks of the lane
-    /// not yet complete: what watermarks and GC read of each dispatch, in one declared key.
+    /// not yet complete, `<message id hex>:lanes` → the lanes with work (comma-separated): what
+    /// watermarks and GC read of each dispatch, in one declared key.
     pub(super) work: String,
     /// The shard's incarnation marker (`mailbox_incarnation.lua`).
     pub(super) incarnation: String,

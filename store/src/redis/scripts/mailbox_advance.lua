@@ -1,8 +1,8 @@
 -- Advances lanes of one shard towards observed offsets (advance_watermark, advance_watermarks):
 -- a lane's watermark moves to its `through` when every source above the watermark and at or
 -- below `through` has its lane work complete. Never moves back. The shard's sources are read
--- once for all the lanes of the call: each source's dispatch is looked up once and the work
--- counts of every lane still moving are read with one HMGET.
+-- once for all the lanes of the call: each source's dispatch is looked up once, and the work
+-- counts of the lanes still moving that it has work in (its `<id>:lanes` field) with one HMGET.
 --
 -- One call inspects at most ARGV[1] sources (bounding its run time): a lane whose `through` lies
 -- beyond them, all complete, moves to the last source inspected and answers 'more'; the caller
@@ -10,7 +10,8 @@
 -- calls end.
 --
 -- KEYS[1] watermarks HASH (lane -> offset), KEYS[2] sources ZSET, KEYS[3] src HASH,
--- KEYS[4] work HASH (<id> -> max observed offset, <id>:<lane> -> chunks of the lane not complete)
+-- KEYS[4] work HASH (<id> -> max observed offset, <id>:<lane> -> chunks of the lane not complete,
+--   <id>:lanes -> the lanes with work, comma-separated; absent for dispatches an earlier release began)
 -- KEYS[5] incarnation marker of the shard
 -- ARGV[1] most sources inspected, ARGV[2] fence (mailbox_fence_prelude.lua),
 -- ARGV[3..] pairs: lane, through (decimal offset); a lane named once
@@ -78,15 +79,34 @@ if #moving > 0 then
       if not id then
         return {'corrupt', 'source offset ' .. off .. ' names no dispatch'}
       end
-      if not redis.call('HGET', KEYS[4], id) then
+      local head = redis.call('HMGET', KEYS[4], id, id .. ':lanes')
+      if not head[1] then
         return {'corrupt', 'source offset ' .. off .. ' names dispatch ' .. id .. ' which is gone'}
       end
+      -- Only the lanes the dispatch has work in are read (all lanes on the way for a dispatch an
+      -- earlier release began, which lists none).
+      local read = on_way
+      if head[2] then
+        local has = {}
+        for lane in string.gmatch(head[2], '%d+') do
+          has[lane] = true
+        end
+        read = {}
+        for _, m in ipairs(on_way) do
+          if has[m.lane] then
+            read[#read + 1] = m
+          end
+        end
+      end
       local fields = {}
-      for j, m in ipairs(on_way) do
+      for j, m in ipairs(read) do
         fields[j] = id .. ':' .. m.lane
       end
-      local lefts = redis.call('HMGET', KEYS[4], unpack(fields))
-      for j, m in ipairs(on_way) do
+      local lefts = {}
+      if #fields > 0 then
+        lefts = redis.call('HMGET', KEYS[4], unpack(fields))
+      end
+      for j, m in ipairs(read) do
         local left = lefts[j]
         if left then
           local n = tonumber(left)

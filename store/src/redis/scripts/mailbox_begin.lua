@@ -5,7 +5,8 @@
 -- KEYS[1] sources ZSET of the shard (member = score = offset)
 -- KEYS[2] src HASH of the shard (offset -> dispatch id hex)
 -- KEYS[3] seen ZSET of the shard (dispatch id hex, score = last observation ms)
--- KEYS[4] work HASH of the shard (<id> -> max observed offset, <id>:<lane> -> chunks not complete)
+-- KEYS[4] work HASH of the shard (<id> -> max observed offset, <id>:<lane> -> chunks not complete,
+--   <id>:lanes -> the lanes with work, comma-separated: what watermark advances read)
 -- KEYS[5] incarnation marker of the shard
 -- KEYS[4 + 2i], KEYS[5 + 2i] (observation i, from 1): the dispatch HASH (manifest, digest,
 --   canonical, seq, max, n:<lane> chunk counts) and its observations SET (offsets)
@@ -49,12 +50,16 @@ local function begin_one(row_key, obs_key, id, manifest, offset, seq, digest, la
     -- Two HSETs of every field at once (a dispatch has work in up to 64 lanes).
     local row = {'manifest', manifest, 'digest', digest, 'canonical', offset, 'seq', seq, 'max', offset}
     local work = {id, offset}
+    local with_work = {}
     for j = 1, #lanes, 2 do
       row[#row + 1] = 'n:' .. lanes[j]
       row[#row + 1] = lanes[j + 1]
       work[#work + 1] = id .. ':' .. lanes[j]
       work[#work + 1] = lanes[j + 1]
+      with_work[#with_work + 1] = lanes[j]
     end
+    work[#work + 1] = id .. ':lanes'
+    work[#work + 1] = table.concat(with_work, ',')
     redis.call('HSET', row_key, unpack(row))
     redis.call('HSET', KEYS[4], unpack(work))
   end

@@ -27,7 +27,7 @@ for _, off in ipairs(redis.call('SMEMBERS', KEYS[3])) do
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('ZREM', KEYS[6], ARGV[1])
-local fields = {ARGV[1]}
+local fields = {ARGV[1], ARGV[1] .. ':lanes'}
 for l = 0, 63 do
   fields[#fields + 1] = ARGV[1] .. ':' .. l
 end
