@@ -20,7 +20,11 @@ use crate::ids::{MessageId, UnixMillis};
 use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState, Publication};
 use crate::rules::{check_request, expect_message, expect_state, not_found};
 use crate::rules::{conflict, describe};
-use crate::scylla::cql::{corrupt, unavailable, LwtOutcome};
+
+/// Times a reserve LWT that timed out in Paxos is sent again before the reserve answers
+/// `Unavailable` (each after [`contention_pause`], all within the reserve deadline).
+const MAX_RESERVE_RESENDS: usize = 8;
+use crate::scylla::cql::{contention_pause, corrupt, paxos_timed_out, unavailable, LwtOutcome};
 
 impl ScyllaMessageStore {
     /// Reads and classifies the commit row of `key` at `now`.
@@ -87,14 +91,29 @@ impl ScyllaMessageStore {
         let state = state_code(CommitState::Reserved);
         let st = &self.inner.st;
         let what = format!("reserving {}", describe(key));
-        let result = match takeover {
-            None => {
-                let values = (t, s, c, &request_blob, &commit_blob, state, created_at.0);
-                self.inner.session.execute_unpaged(&st.insert_commit, values).await
-            }
-            Some((old_request, old_commit)) => {
-                let values = (&request_blob, &commit_blob, state, created_at.0, t, s, c, old_request, old_commit);
-                self.inner.session.execute_unpaged(&st.takeover_commit, values).await
+        // A reserve LWT that timed out in Paxos (contention with the other reserver of this key)
+        // has an unknown outcome: it is sent again unchanged, as the seq CAS is (seq.rs), while
+        // the deadline allows. If the first one applied, the condition now fails and answers our
+        // own row, which is read as a replay below.
+        let mut attempt = 0;
+        let result = loop {
+            let result = match &takeover {
+                None => {
+                    let values = (t, s, c, &request_blob, &commit_blob, state, created_at.0);
+                    self.inner.session.execute_unpaged(&st.insert_commit, values).await
+                }
+                Some((old_request, old_commit)) => {
+                    let values = (&request_blob, &commit_blob, state, created_at.0, t, s, c, old_request, old_commit);
+                    self.inner.session.execute_unpaged(&st.takeover_commit, values).await
+                }
+            };
+            let in_time = self.now().0.saturating_sub(created_at.0) <= RESERVE_DEADLINE_MILLIS;
+            match result {
+                Err(e) if paxos_timed_out(&e) && in_time && attempt < MAX_RESERVE_RESENDS => {
+                    attempt += 1;
+                    contention_pause(attempt).await;
+                }
+                result => break result,
             }
         };
         let outcome = LwtOutcome::read(&what, result.map_err(|e| unavailable(what.clone(), e))?)?;
