@@ -169,3 +169,25 @@ async fn a_failed_over_master_that_resynced_an_older_copy_never_reissues_a_seq()
     let next = send(&on_p, t, conv, "c1").await;
     assert!(next > highest, "seq {next} was issued before the failback (up to {highest})");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_names_the_servers_run_id_and_replication_id() {
+    let redis = PrivateRedis::start();
+    let store = open(&redis, Arc::new(MemorySeqHighWater::default())).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    assert_eq!(send(&store, t, conv, "a1").await, 1);
+    let mut r = raw(&redis).await;
+    let field = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(':')))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| panic!("INFO names no {name}"))
+    };
+    let server: String = redis::cmd("INFO").arg("server").query_async(&mut r).await.expect("info server");
+    let replication: String = redis::cmd("INFO").arg("replication").query_async(&mut r).await.expect("info");
+    let expected = format!("{}{}", field(&server, "run_id"), field(&replication, "master_replid"));
+    let keys: Vec<String> = redis::cmd("KEYS").arg("qim:*:lease").query_async(&mut r).await.expect("keys");
+    assert_eq!(keys.len(), 1, "one conversation holds one lease: {keys:?}");
+    let lease: String = redis::cmd("GET").arg(&keys[0]).query_async(&mut r).await.expect("get");
+    assert_eq!(lease.split(':').next(), Some(expected.as_str()), "the lease {lease:?} names this copy of the data");
+}
