@@ -5,8 +5,13 @@
 //! (`redis+cluster://host:port,...`, or several `redis://` URLs separated by commas, the two
 //! forms `qim_store::redis::Topology` reads) is walked master by master.
 
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use anyhow::Context;
 use redis::aio::MultiplexedConnection;
+
+use crate::stack::{abandoned, unique_name_origin};
 
 /// Keys one `SCAN` call walks (SCAN's default is 10: one round trip per 10 keys of the database).
 const SCAN_COUNT: usize = 10_000;
@@ -51,6 +56,66 @@ pub async fn wipe_namespace(url: &str, namespace: &str) -> anyhow::Result<usize>
         }
     }
     Ok(unlinked)
+}
+
+/// Deletes the keys of every namespace named by [`unique_name`](crate::stack::unique_name)
+/// whose process has exited and that is older than `min_age` (the pipeline runs', the
+/// benchmarks', the tests'), on the server or on every master of the cluster at `url`; returns
+/// how many namespaces. Other keys are never touched. The keyspace is walked once (`SCAN`), each
+/// batch's leftover keys unlinked as they are found: nobody uses them any more. Failures are
+/// reported on stderr and skipped: a sweep never fails a test.
+pub async fn sweep_leftover_namespaces(url: &str, min_age: Duration) -> usize {
+    let masters = match cluster_seed(url) {
+        Some(seed) => match cluster_masters(&seed).await {
+            Ok(masters) => masters,
+            Err(e) => return sweep_skipped(url, &e),
+        },
+        None => vec![url.to_owned()],
+    };
+    let mut swept = BTreeSet::new();
+    for master in masters {
+        if let Err(e) = sweep_server(&master, min_age, &mut swept).await {
+            sweep_skipped(&master, &e);
+        }
+    }
+    if !swept.is_empty() {
+        eprintln!("deleted the keys of {} leftover redis namespaces at {url}", swept.len());
+    }
+    swept.len()
+}
+
+/// [`sweep_leftover_namespaces`] on one server; adds the namespaces it deleted keys of to
+/// `swept`.
+async fn sweep_server(url: &str, min_age: Duration, swept: &mut BTreeSet<String>) -> anyhow::Result<()> {
+    let mut con = connect(url).await?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) =
+            redis::cmd("SCAN").arg(cursor).arg("COUNT").arg(SCAN_COUNT).query_async(&mut con).await?;
+        let (mut pipe, mut leftovers) = (redis::pipe(), 0);
+        for key in batch {
+            let Some((namespace, _)) = key.split_once(':') else { continue };
+            if unique_name_origin(namespace).is_some_and(|origin| abandoned(origin, now, min_age)) {
+                swept.insert(namespace.to_owned());
+                // One key per UNLINK: the keys of one batch may lie in several cluster slots.
+                pipe.cmd("UNLINK").arg(&key).ignore();
+                leftovers += 1;
+            }
+        }
+        if leftovers > 0 {
+            pipe.query_async::<()>(&mut con).await?;
+        }
+        if next == 0 {
+            return Ok(());
+        }
+        cursor = next;
+    }
+}
+
+fn sweep_skipped(url: &str, e: &anyhow::Error) -> usize {
+    eprintln!("warning: leftover redis namespaces at {url} not swept: {e:#}");
+    0
 }
 
 /// How many keys matching `pattern` each master of the cluster at `url`

@@ -62,3 +62,27 @@ async fn keyspaces_of_exited_test_processes_are_dropped_and_others_kept() {
         qim_testkit::scylla::drop_keyspace(&session, ks).await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn redis_namespaces_of_exited_test_processes_are_deleted_and_others_kept() {
+    let mut con = qim_testkit::stack::require_redis().await;
+    let abandoned = format!("e2e_sweep_{GONE_PID}_{:x}_0", long_ago_millis());
+    let live = unique_name("e2e_sweep");
+    // A recent name of an exited process: younger than MIN_AGE, it may be another machine's run.
+    let recent =
+        format!("e2e_sweep_{GONE_PID}_{:x}_1", SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis());
+    let user = "qim_sweep_user";
+    let keys: Vec<String> = [abandoned.as_str(), live.as_str(), recent.as_str(), user]
+        .iter()
+        .flat_map(|ns| [format!("{ns}:{{c:1}}:seq"), format!("{ns}:{{k:2}}:commit:a")])
+        .collect();
+    for key in &keys {
+        redis::cmd("SET").arg(key).arg("1").query_async::<()>(&mut con).await.unwrap();
+    }
+    assert!(qim_testkit::redis::sweep_leftover_namespaces(&qim_testkit::stack::redis_url(), MIN_AGE).await >= 1);
+    for key in &keys {
+        let exists: bool = redis::cmd("EXISTS").arg(key).query_async(&mut con).await.unwrap();
+        assert_eq!(exists, !key.starts_with(&abandoned), "{key}: only the exited process's old namespace goes");
+    }
+    redis::cmd("DEL").arg(&keys).query_async::<()>(&mut con).await.unwrap();
+}

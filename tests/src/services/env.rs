@@ -232,8 +232,9 @@ impl PipelineEnv {
     }
 
     /// Creates (or verifies) the run's keyspace and tables. The first call of a process also drops
-    /// the keyspaces of finished runs ([`qim_testkit::scylla::sweep_leftover_keyspaces`]), so
-    /// a finished demo's or test's keyspace lasts about ten minutes after its process exits.
+    /// the keyspaces of finished runs ([`qim_testkit::scylla::sweep_leftover_keyspaces`]) and
+    /// their Redis namespaces ([`qim_testkit::redis::sweep_leftover_namespaces`]), so a finished
+    /// demo's or test's state lasts about ten minutes after its process exits.
     ///
     /// # Errors
     ///
@@ -245,6 +246,7 @@ impl PipelineEnv {
             SWEPT
                 .get_or_init(|| async {
                     qim_testkit::scylla::sweep_leftover_keyspaces(&session, stack::MIN_AGE).await;
+                    qim_testkit::redis::sweep_leftover_namespaces(&self.redis_url, stack::MIN_AGE).await;
                 })
                 .await;
         }

@@ -231,7 +231,11 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let raw_args = Args { payload: body, ..args.clone() };
     let raw = raw_primitives(&raw_args, &env).await?;
     let run = pipeline(args, &bins, &env, &plan).await?;
-    report(args, &env, &raw, &run)
+    let report = report(args, &env, &raw, &run);
+    // The run's hot tier and mailboxes (hundreds of MB at the default count) would otherwise stay
+    // in the shared Redis, and be rewritten with its AOF under every later benchmark.
+    qim_testkit::redis::wipe_namespace(&env.redis_url, &env.redis_namespace).await?;
+    report
 }
 
 fn report(args: &Args, env: &PipelineEnv, raw: &Raw, run: &Run) -> anyhow::Result<serde_json::Value> {
