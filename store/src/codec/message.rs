@@ -12,6 +12,17 @@ use crate::retention::RetentionClass;
 
 const V1: u8 = 1;
 
+/// Where an encoded commit head ([`encode_commit_head`]) holds its seq: eight big-endian bytes
+/// right after the blob's tag and version. Fixed, because every field before it is fixed-width:
+/// a Redis script that issues the seq can write it into a head the caller encoded around a
+/// placeholder, without decoding the blob.
+pub const COMMIT_HEAD_SEQ_BYTES: std::ops::Range<usize> = 2..10;
+
+/// Where an encoded record ([`encode_record`]) holds its seq: eight big-endian bytes after the
+/// tag, the version, the tenant and the conversation (all fixed-width), as
+/// [`COMMIT_HEAD_SEQ_BYTES`].
+pub const RECORD_SEQ_BYTES: std::ops::Range<usize> = 34..42;
+
 #[derive(Encode, Decode)]
 struct RequestV1 {
     tenant: [u8; 16],

@@ -21,7 +21,7 @@ pub(crate) use mailbox::validate_group;
 pub use mailbox::{decode_event_group, decode_manifest, encode_event_group, encode_manifest};
 pub use message::{
     decode_commit, decode_commit_parts, decode_intent, decode_record, decode_request, encode_commit,
-    encode_commit_head, encode_intent, encode_record, encode_request,
+    encode_commit_head, encode_intent, encode_record, encode_request, COMMIT_HEAD_SEQ_BYTES, RECORD_SEQ_BYTES,
 };
 
 use bincode::config::{BigEndian, Configuration, Fixint, Limit};

@@ -28,6 +28,14 @@
 //! commit's entries in its sender's shard, a record's in its conversation's. Below, `{recovery}`
 //! and the like name the shard of the entry at hand; scans walk every shard.
 //!
+//! Three names are reserved for the group-commit layout (a commit created by the script that
+//! issues its seq, in the conversation's slot), which no code path of this release writes:
+//! `<ns>:{c:<tenant><conversation>}:commit:<sender>:<client id>` (its commit),
+//! `<ns>:{k:<tenant><sender>}:claim:<client id>` (its claim of the key) and the `{recovery}` /
+//! `{commitgc}` member `<tenant><sender>/<conversation>:<message id>:<client id>`. The recovery
+//! scan and the auxiliary GC skip such members and leave them in place, so that a release that
+//! writes them can roll out beside this one.
+//!
 //! Ids are 32 lowercase hex digits. Blobs are the canonical encodings of [`crate::codec`],
 //! stored as they are; idempotency compares them byte for byte. Seqs stay below 2^53 so that
 //! ZSET scores hold them exactly. Time always comes from the injected [`Clock`] (a send's

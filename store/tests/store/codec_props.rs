@@ -231,6 +231,25 @@ proptest! {
         check_mutations(&b, at, xor)?;
     }
 
+    /// A head's and a record's seq sit at fixed byte ranges, and a commit with another seq
+    /// differs in those bytes only: a script that issues the seq writes it into blobs encoded
+    /// around a placeholder and gets exactly the blobs of the commit with that seq.
+    #[test]
+    fn a_seq_is_spliced_into_heads_and_records_at_fixed_bytes(c in commit(), other in seq(), exp in prop::option::of(any::<i64>())) {
+        let mut moved = c.clone();
+        moved.intent.seq = other;
+        let exp = exp.map(UnixMillis);
+        for (at, blob, with_other) in [
+            (COMMIT_HEAD_SEQ_BYTES, encode_commit_head(&c), encode_commit_head(&moved)),
+            (RECORD_SEQ_BYTES, encode_record(&c.intent.record(exp)), encode_record(&moved.intent.record(exp))),
+        ] {
+            prop_assert_eq!(&blob[at.clone()], &c.intent.seq.0.to_be_bytes()[..]);
+            let mut spliced = blob.clone();
+            spliced[at].copy_from_slice(&other.0.to_be_bytes());
+            prop_assert_eq!(spliced, with_other);
+        }
+    }
+
     #[test]
     fn groups_round_trip(g in group(), at in any::<usize>(), xor in any::<u8>()) {
         let b = encode_event_group(&g);

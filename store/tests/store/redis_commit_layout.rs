@@ -87,3 +87,62 @@ async fn a_corrupt_head_is_refused_as_corrupt() {
     let err = store.load_commit(&req.key).await.unwrap_err();
     assert_eq!(err.kind(), qim_store::ErrorKind::CorruptEntry, "{err}");
 }
+
+/// The group-commit layout's entries (a commit in its conversation's slot, claimed in its
+/// sender's, listed under its message id) are left alone by this release: the recovery scan and
+/// the auxiliary GC skip them, in the middle of a shard, and go on with their own entries. So a
+/// fleet in a rolling upgrade never fails its scans on the other release's entries.
+#[tokio::test]
+async fn the_scan_and_the_gc_skip_the_group_commit_layouts_entries_and_go_on() {
+    use qim_store::codec::encode_commit_head;
+    use qim_store::ids::UnixMillis;
+    use qim_store::redis::RedisMessageStore;
+
+    let redis = PrivateRedis::start();
+    let clock = clock();
+    let store = open(&redis, 30, clock.clone()).await;
+    let mut con = raw(&redis).await;
+    let tenant = fresh_tenant();
+    // An unfinished commit of this layout, which the scan must still find.
+    let mine = request(tenant, user(1), "mine", fresh_conversation(), b"reserved here");
+    let reserved = store.reserve(&mine, fresh_message_id()).await.unwrap();
+
+    // A RECORDED commit of the group-commit layout by the same sender (so its entry shares the
+    // shard), listed first in both indexes, and an orphan entry of this layout after it.
+    let theirs = request(tenant, user(1), "theirs", fresh_conversation(), b"reserved by a later release");
+    let mut recorded = reserved.clone();
+    recorded.intent.request = theirs.clone();
+    recorded.intent.message_id = fresh_message_id();
+    recorded.state = CommitState::Recorded;
+    let [commit_key, claim_key] = store.group_commit_keys(&theirs.key, theirs.conversation);
+    let () = con
+        .hset_multiple(&commit_key, &[("req", encode_request(&theirs)), ("commit", encode_commit_head(&recorded))])
+        .await
+        .unwrap();
+    let () = con.set(&claim_key, format!("{}:digest", theirs.conversation.to_hex())).await.unwrap();
+    let member =
+        RedisMessageStore::group_commit_aux_member(&theirs.key, theirs.conversation, recorded.intent.message_id);
+    let orphan = format!("{}{}:1:gone", tenant.to_hex(), user(1).to_hex());
+    let [recovery, commit_gc] = store.aux_keys_of(&member);
+    assert_eq!(store.aux_keys_of(&orphan), [recovery.clone(), commit_gc.clone()], "one sender, one shard");
+    for (score, entry) in [(0, &member), (1, &orphan)] {
+        let () = con.zadd(&recovery, entry, score).await.unwrap();
+    }
+    let () = con.zadd(&commit_gc, &member, 0).await.unwrap();
+
+    let found = store.scan_recoverable_commits(UnixMillis(i64::MAX), 10).await.unwrap();
+    assert_eq!(found, vec![reserved.clone()], "the other layout's commit is not driven here");
+
+    clock.advance(qim_store::COMMIT_AUX_TTL_MILLIS + 1);
+    let report = store.gc_committed_auxiliary(100).await.unwrap();
+    assert_eq!(report.removed, 1, "the orphan of this layout, nothing else: {report:?}");
+    let listed: Vec<String> = con.zrange(&recovery, 0, -1).await.unwrap();
+    assert!(listed.contains(&member) && !listed.contains(&orphan), "{listed:?}");
+    let collected: Vec<String> = con.zrange(&commit_gc, 0, -1).await.unwrap();
+    assert_eq!(collected, vec![member.clone()]);
+    let (kept, claim): (Vec<u8>, Option<String>) =
+        redis::pipe().hget(&commit_key, "commit").get(&claim_key).query_async(&mut con).await.unwrap();
+    assert_eq!(kept, encode_commit_head(&recorded), "the other layout's commit is untouched");
+    assert!(claim.is_some(), "and so is its claim");
+    assert_eq!(store.scan_recoverable_commits(UnixMillis(i64::MAX), 10).await.unwrap(), vec![reserved]);
+}

@@ -1,6 +1,11 @@
 //! The recovery scan and the two GC drains of [`RedisMessageStore`].
+//!
+//! Members of the group-commit layout (a commit in its conversation's slot,
+//! [`AuxMember::InConversationSlot`]) are skipped and left in place: this release never writes
+//! them, and a release that does drives and collects them. So a fleet in the middle of a rolling
+//! upgrade scans without failing on the other release's entries.
 
-use super::keys::{aux_shard, parse_aux_member, parse_expiry_member};
+use super::keys::{aux_shard, parse_aux_member, parse_expiry_member, AuxMember};
 use super::scripts::{self, invoke, status};
 use super::{aux_due, RedisMessageStore};
 use crate::error::{StoreError, StoreResult};
@@ -39,7 +44,9 @@ impl RedisMessageStore {
                 let members = self.zrange_due(&key, &max, offset, batch).await?;
                 inspected += members.len();
                 for member in &members {
-                    let (key, created_at) = parse_aux_member(member)?;
+                    let AuxMember::InSenderSlot { key, created_at } = parse_aux_member(member)? else {
+                        continue;
+                    };
                     // An entry without its commit (a crash or a lost race), of a later reuse of
                     // the key, or of a finished commit is skipped.
                     let Some(stored) = self.load(&key).await? else { continue };
@@ -72,7 +79,9 @@ impl RedisMessageStore {
         for shard in self.scans.commit_gc.order() {
             let commit_gc = self.keys.commit_gc(shard);
             for member in self.zrange_due(&commit_gc, &max, 0, limit - report.removed).await? {
-                let (key, created_at) = parse_aux_member(&member)?;
+                let AuxMember::InSenderSlot { key, created_at } = parse_aux_member(&member)? else {
+                    continue;
+                };
                 match self.load(&key).await? {
                     Some(s) if s.commit.intent.created_at == created_at => {
                         if s.commit.state != CommitState::Committed {
@@ -119,7 +128,9 @@ impl RedisMessageStore {
                 if report.removed == limit {
                     break;
                 }
-                let (key, created_at) = parse_aux_member(&member)?;
+                let AuxMember::InSenderSlot { key, created_at } = parse_aux_member(&member)? else {
+                    continue;
+                };
                 match self.load(&key).await? {
                     Some(s) if s.commit.intent.created_at == created_at => {
                         if !aux_due(&s.commit, now) {

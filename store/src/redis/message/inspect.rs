@@ -1,11 +1,11 @@
 //! What tests and tools may look at or break in a Redis message store: the names of its keys,
 //! and sabotage of single records (for the invariant checker's own tests). Not for services.
 
-use super::keys::{aux_shard, expiry_shard};
+use super::keys::{aux_member_in_conversation, aux_shard, expiry_shard};
 use super::scripts::query;
 use super::RedisMessageStore;
 use crate::error::StoreResult;
-use crate::ids::{ConversationId, ConversationSeq, TenantId};
+use crate::ids::{ConversationId, ConversationSeq, MessageId, TenantId};
 use crate::message::CommitKey;
 use crate::redis::index_shard::IndexShard;
 
@@ -43,6 +43,20 @@ impl RedisMessageStore {
     #[doc(hidden)]
     pub fn commit_key(&self, key: &CommitKey) -> String {
         self.keys.commit(key)
+    }
+
+    /// Where the group-commit layout keeps the commit of `key` (in `conversation`'s slot), and
+    /// its claim of `key` (in the sender's). This release writes neither.
+    #[doc(hidden)]
+    pub fn group_commit_keys(&self, key: &CommitKey, conversation: ConversationId) -> [String; 2] {
+        [self.keys.commit_in_conversation(key, conversation), self.keys.sender_claim(key)]
+    }
+
+    /// The group-commit layout's `{recovery}`/`{commitgc}` member of one reservation (see
+    /// `keys::aux_member_in_conversation`). This release writes none.
+    #[doc(hidden)]
+    pub fn group_commit_aux_member(key: &CommitKey, conversation: ConversationId, message_id: MessageId) -> String {
+        aux_member_in_conversation(key, conversation, message_id)
     }
 
     /// Every shard of the recovery index (`{recovery:<shard>}`).

@@ -3,7 +3,7 @@
 //! See the module documentation of [`super`] for the whole layout.
 
 use crate::error::{StoreError, StoreResult};
-use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, TenantId, UnixMillis, UserId};
+use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
 use crate::message::CommitKey;
 use crate::redis::index_shard::IndexShard;
 use crate::redis::membership_cache::{MEMBERS_CACHED_SUFFIX, MEMBERS_SUFFIX};
@@ -115,6 +115,28 @@ impl Keys {
         out
     }
 
+    /// `<ns>:{k:<tenant hex><sender hex>}:claim:<client id>`: the group-commit layout's claim of
+    /// a request key, in the sender's slot: `<conversation hex>:<request digest>` (one `SET NX`
+    /// decides which request and conversation own the key). No code path of this release writes it.
+    pub(super) fn sender_claim(&self, key: &CommitKey) -> String {
+        let mut out = self.commit(key);
+        let at = out.len() - key.client_message_id.as_str().len() - "commit:".len();
+        out.replace_range(at..at + "commit".len(), "claim");
+        out
+    }
+
+    /// `<ns>:{c:<tenant hex><conversation hex>}:commit:<sender hex>:<client id>`: the
+    /// group-commit layout's commit (the same hash as [`Self::commit`]), in its conversation's
+    /// slot, so the script that issues the seq creates it. No code path of this release writes it.
+    pub(super) fn commit_in_conversation(&self, key: &CommitKey, conversation: ConversationId) -> String {
+        let mut suffix = String::with_capacity(40 + key.client_message_id.as_str().len());
+        suffix.push_str("commit:");
+        push_hex(&mut suffix, &key.sender.0);
+        suffix.push(':');
+        suffix.push_str(key.client_message_id.as_str());
+        self.conversation(key.tenant, conversation, &suffix)
+    }
+
     /// `<ns>:{recovery:<shard>}`: ZSETs of unfinished commits, score = created_at ms, member =
     /// [`aux_member`], in the shard of the member's sender ([`aux_shard`]).
     pub(super) fn recovery(&self, shard: IndexShard) -> String {
@@ -158,9 +180,43 @@ pub(super) fn aux_member(key: &CommitKey, created_at: UnixMillis) -> String {
     out
 }
 
-/// The shard of an [`aux_member`]: its sender's (the text before the first `:`).
+/// The identity of one reservation of the group-commit layout in the global auxiliary indexes:
+/// `<tenant hex><sender hex>/<conversation hex>:<message id hex>:<client id>`. The message id,
+/// proposed before the key is claimed and kept by every attempt of that reservation, tells it
+/// apart as `created_at` does in [`aux_member`]; the conversation says which slot holds the
+/// commit. No code path of this release writes one, and its scans skip them ([`AuxMember`]).
+pub(super) fn aux_member_in_conversation(
+    key: &CommitKey,
+    conversation: ConversationId,
+    message_id: MessageId,
+) -> String {
+    let client = key.client_message_id.as_str();
+    let mut out = String::with_capacity(164 + client.len());
+    push_hex(&mut out, &key.tenant.0);
+    push_hex(&mut out, &key.sender.0);
+    out.push('/');
+    push_hex(&mut out, &conversation.0);
+    out.push(':');
+    push_hex(&mut out, &message_id.0);
+    out.push(':');
+    out.push_str(client);
+    out
+}
+
+/// The shard of an [`aux_member`] or an [`aux_member_in_conversation`]: its sender's (the first
+/// 64 characters, the tenant and sender in hex), so both forms of one sender share a shard.
 pub(super) fn aux_shard(member: &str) -> IndexShard {
-    IndexShard::of(member.split(':').next().unwrap_or(member))
+    IndexShard::of(member.get(..64).unwrap_or(member))
+}
+
+/// A member of `{recovery}` or `{commitgc}`, in either layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum AuxMember {
+    /// [`aux_member`]: a commit in its sender's slot, reserved at `created_at`.
+    InSenderSlot { key: CommitKey, created_at: UnixMillis },
+    /// [`aux_member_in_conversation`]: a commit of the group-commit layout, which this release
+    /// neither writes nor drives; its scans and GC leave such members to the releases that do.
+    InConversationSlot { key: CommitKey, conversation: ConversationId, message_id: MessageId },
 }
 
 /// A request key's field in its conversation's claims: `<sender hex>:<client id>` (the tenant is
@@ -174,20 +230,32 @@ pub(super) fn claim(key: &CommitKey) -> String {
     out
 }
 
-/// Parses [`aux_member`].
-pub(super) fn parse_aux_member(member: &str) -> StoreResult<(CommitKey, UnixMillis)> {
+/// Parses [`aux_member`] and [`aux_member_in_conversation`] (told apart by the character after
+/// the sender: `:` or `/`).
+pub(super) fn parse_aux_member(member: &str) -> StoreResult<AuxMember> {
     let bad = || StoreError::CorruptEntry(format!("commit index member {member:?} is malformed"));
     if !member.is_ascii() {
         return Err(bad());
     }
     let ids = member.get(..64).ok_or_else(bad)?;
-    let rest = member.get(64..).and_then(|r| r.strip_prefix(':')).ok_or_else(bad)?;
-    let (created, client) = rest.split_once(':').ok_or_else(bad)?;
     let tenant = TenantId::from_hex(&ids[..32]).map_err(|_| bad())?;
     let sender = UserId::from_hex(&ids[32..]).map_err(|_| bad())?;
-    let created: i64 = created.parse().map_err(|_| bad())?;
-    let client_message_id = ClientMessageId::new(client).map_err(|_| bad())?;
-    Ok((CommitKey { tenant, sender, client_message_id }, UnixMillis(created)))
+    let key = |client: &str| -> StoreResult<CommitKey> {
+        let client_message_id = ClientMessageId::new(client).map_err(|_| bad())?;
+        Ok(CommitKey { tenant, sender, client_message_id })
+    };
+    let rest = member.get(64..).unwrap_or_default();
+    if let Some(rest) = rest.strip_prefix(':') {
+        let (created, client) = rest.split_once(':').ok_or_else(bad)?;
+        let created: i64 = created.parse().map_err(|_| bad())?;
+        return Ok(AuxMember::InSenderSlot { key: key(client)?, created_at: UnixMillis(created) });
+    }
+    let rest = rest.strip_prefix('/').ok_or_else(bad)?;
+    let (conversation, rest) = rest.split_once(':').ok_or_else(bad)?;
+    let (message_id, client) = rest.split_once(':').ok_or_else(bad)?;
+    let conversation = ConversationId::from_hex(conversation).map_err(|_| bad())?;
+    let message_id = MessageId::from_hex(message_id).map_err(|_| bad())?;
+    Ok(AuxMember::InConversationSlot { key: key(client)?, conversation, message_id })
 }
 
 /// The expiry index member of one record: `<tenant hex>|<conversation hex>|<seq>`.
@@ -247,7 +315,28 @@ mod tests {
         };
         for created in [UnixMillis(0), UnixMillis(-5), UnixMillis(1_790_000_000_000)] {
             let m = aux_member(&key, created);
-            assert_eq!(parse_aux_member(&m).unwrap(), (key.clone(), created));
+            assert_eq!(
+                parse_aux_member(&m).unwrap(),
+                AuxMember::InSenderSlot { key: key.clone(), created_at: created }
+            );
+        }
+        let (conversation, message_id) = (ConversationId([0xc4; 16]), MessageId([0x07; 16]));
+        let m = aux_member_in_conversation(&key, conversation, message_id);
+        let parsed = parse_aux_member(&m).unwrap();
+        assert_eq!(parsed, AuxMember::InConversationSlot { key: key.clone(), conversation, message_id });
+        assert_eq!(aux_shard(&m), aux_shard(&aux_member(&key, UnixMillis(3))), "one sender, one shard");
+        let v1 = aux_member(&key, UnixMillis(9));
+        for bad in [
+            String::new(),
+            v1[..64].to_owned(),
+            v1.replacen(':', ";", 1),
+            m.replacen('/', "//", 1),
+            m[..m.len() - key.client_message_id.as_str().len() - 1].to_owned(),
+            m.replacen(&message_id.to_hex(), "07", 1),
+            m.replacen(&conversation.to_hex(), &"z".repeat(32), 1),
+            format!("{}é", &v1[..63]),
+        ] {
+            assert!(parse_aux_member(&bad).is_err(), "{bad}");
         }
         let m = expiry_member(TenantId([2; 16]), ConversationId([3; 16]), ConversationSeq(42));
         assert_eq!(parse_expiry_member(&m).unwrap(), (TenantId([2; 16]), ConversationId([3; 16]), ConversationSeq(42)));
@@ -265,6 +354,15 @@ mod tests {
         let key = CommitKey { tenant: t, sender: u, client_message_id: ClientMessageId::new("c-1").unwrap() };
         let keys = Keys::new("qim");
         assert_eq!(keys.commit(&key), format!("qim:{{k:{}{}}}:commit:c-1", t.to_hex(), u.to_hex()));
+        assert_eq!(keys.sender_claim(&key), format!("qim:{{k:{}{}}}:claim:c-1", t.to_hex(), u.to_hex()));
+        assert_eq!(
+            keys.commit_in_conversation(&key, c),
+            format!("qim:{{c:{}{}}}:commit:{}:c-1", t.to_hex(), c.to_hex(), u.to_hex())
+        );
+        assert_eq!(
+            aux_member_in_conversation(&key, c, MessageId([0x5a; 16])),
+            format!("{}{}/{}:{}:c-1", t.to_hex(), u.to_hex(), c.to_hex(), MessageId([0x5a; 16]).to_hex())
+        );
         assert_eq!(keys.seq(t, c), format!("qim:{{c:{}{}}}:seq", t.to_hex(), c.to_hex()));
         assert_eq!(aux_member(&key, UnixMillis(-7)), format!("{}{}:-7:c-1", t.to_hex(), u.to_hex()));
         assert_eq!(expiry_member(t, c, ConversationSeq(9)), format!("{}|{}|9", t.to_hex(), c.to_hex()));
@@ -276,7 +374,13 @@ mod tests {
         let (t, c) = (TenantId([1; 16]), ConversationId([2; 16]));
         let tag = format!("{{c:{}{}}}", t.to_hex(), c.to_hex());
         let [members, cached] = keys.member_cache(t, c);
+        let sender =
+            CommitKey { tenant: t, sender: UserId([4; 16]), client_message_id: ClientMessageId::new("x:{y}").unwrap() };
+        let sender_tag = format!("qim:{{k:{}{}}}:", t.to_hex(), sender.sender.to_hex());
+        assert!(keys.commit(&sender).starts_with(&sender_tag) && keys.sender_claim(&sender).starts_with(&sender_tag));
+        assert_eq!(keys.sender_claim(&sender), format!("{sender_tag}claim:x:{{y}}"));
         for k in [
+            keys.commit_in_conversation(&sender, c),
             keys.seq(t, c),
             keys.index(t, c),
             keys.records(t, c),
