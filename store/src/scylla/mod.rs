@@ -11,6 +11,7 @@
 //! - [`ScyllaMembershipStore`]: `MembershipStore` on `conversation_member` (LOCAL_QUORUM, no
 //!   LWT; counts are informational).
 
+mod batches;
 pub mod config;
 mod cql;
 pub mod mailbox;

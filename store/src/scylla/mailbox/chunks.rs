@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use futures_util::future::try_join_all;
 
-use super::batches::write_partition;
 use super::dispatch::{not_begun, shard_i, Head};
 use super::{ScyllaMailboxStore, DISPATCH_TTL_SECS};
 use crate::codec::encode_manifest;
@@ -19,6 +18,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::mailbox::{ChunkId, DispatchId, MailboxEntry};
 use crate::mailbox_store::ChunkWrite;
 use crate::rules::distinct_chunk_writes;
+use crate::scylla::batches::write_partition;
 
 impl ScyllaMailboxStore {
     /// `append_chunks`: checks every write, then writes all their entries.

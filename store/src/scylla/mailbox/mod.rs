@@ -145,7 +145,6 @@
 //! - The "another dispatch at this offset" check is a read before the write, not atomic (a log
 //!   offset names one record, so only a bug can race it).
 
-mod batches;
 mod chunks;
 mod dispatch;
 mod gc;

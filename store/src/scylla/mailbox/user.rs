@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
-use super::batches::write_partition;
 use super::{
     db, first, highest_wins_timestamp, rows, ScyllaMailboxStore, ENTRY_TTL_SLACK_SECS, LEGACY_PROOF_TTL_SLACK_SECS,
     RETIRED_PROOF_TTL_SECS,
@@ -13,6 +12,7 @@ use crate::codec::{encode_event_group, i64_to_u64, u64_to_i64, LedgerItem, Reten
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{TenantId, UnixMillis, UserId};
 use crate::mailbox::{EventGroup, MailboxPage, MailboxSeq};
+use crate::scylla::batches::write_partition;
 use crate::scylla::cql::{contention_pause, paxos_timed_out};
 
 /// The retention meta format this backend writes (seed 000's V4 ledger semantics): every day

@@ -3,7 +3,11 @@
 //!
 //! Per record: `message_record` (canonical blob), `history_index` (`expires_at`) and, for
 //! expiring records, `history_expiry`; whole-row `INSERT ... USING TTL` at LOCAL_QUORUM through
-//! the statements `put_record` uses (prepared once, marked idempotent). The TTL is the time left
+//! the statements `put_record` uses (prepared once, marked idempotent). The rows of one partition
+//! (a conversation's seq bucket of records, a conversation's index, an hour of expiries) go as
+//! unlogged single-partition batches of up to 16 rows and 32 KiB of blobs
+//! ([`crate::scylla::batches`]): one mutation each, where a request per row cost the server
+//! a coordinator round and a commitlog entry per row. The TTL is the time left
 //! until the record's own `expires_at` (fixed at commit by the writer's `RetentionPolicy`), at
 //! least 1 s: a late archive still vanishes at the original moment, an expired record is written
 //! with 1 s and never resurrected, and a record that never expires (compliance hold, tenant
@@ -13,7 +17,8 @@
 //! statement plus the TTL. The TTL is therefore counted from the whole second the statement is
 //! sent in, up to the expiry rounded up ([`aligned_ttl`]), and a record or index statement whose
 //! acknowledgement arrives in a later second than it was sent (the server may have executed it
-//! there) is sent again with a fresh TTL, until one is acknowledged in its own second. So a row
+//! there) is sent again with fresh TTLs (a batch whole), until one is acknowledged in its own
+//! second. So a row
 //! vanishes in the second after its expiry, never before, however long a busy or restarting
 //! server queued the statement. A server that keeps answering a second late for
 //! [`TTL_SETTLE_BUDGET`] fails the batch `Unavailable` (it is retried whole), rather than leave
@@ -37,8 +42,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use futures_util::stream::{self, StreamExt, TryStreamExt};
-use scylla::value::MaybeUnset;
 
+use super::archive_requests::{writes, Step, Write};
 use super::buckets::{bound_of, seq_bucket};
 use super::ttl::MAX_TTL_SECS;
 use super::ScyllaMessageStore;
@@ -48,10 +53,7 @@ use crate::ids::{ConversationId, TenantId, UnixMillis};
 use crate::message::{MessageRecord, PublishedRecord};
 use crate::retention::{RetentionClass, EPHEMERAL_MILLIS};
 use crate::scylla::cql::{corrupt, unavailable};
-use crate::scylla::schema::{hour_bucket, SEQ_BUCKET_SIZE};
-
-/// Expiry entries outlive their record by this much (as `put_record` writes them).
-const EXPIRY_ENTRY_GRACE_SECS: i32 = 3600;
+use crate::scylla::schema::SEQ_BUCKET_SIZE;
 
 /// How long (on the store's clock) one record or index statement is sent again while its
 /// acknowledgement keeps arriving in a later whole second than it was sent (see the module
@@ -130,24 +132,16 @@ pub fn archive_check(record: &MessageRecord) -> Result<(), ArchiveRefusal> {
     Ok(())
 }
 
-/// Which row of a record a write makes.
-#[derive(Clone, Copy)]
-enum Step {
-    Record,
-    Index,
-    Expiry(i64),
-}
-
 /// One record's bound values.
-struct Row {
-    tenant: [u8; 16],
-    conversation: [u8; 16],
-    bucket: i64,
-    seq: i64,
-    blob: Vec<u8>,
-    expires_at: Option<i64>,
-    partition: i32,
-    offset: i64,
+pub(super) struct Row {
+    pub(super) tenant: [u8; 16],
+    pub(super) conversation: [u8; 16],
+    pub(super) bucket: i64,
+    pub(super) seq: i64,
+    pub(super) blob: Vec<u8>,
+    pub(super) expires_at: Option<i64>,
+    pub(super) partition: i32,
+    pub(super) offset: i64,
 }
 
 impl Row {
@@ -167,18 +161,18 @@ impl Row {
     }
 
     /// Where the record's row lives: its partition and its clustering seq.
-    fn place(&self) -> ([u8; 16], [u8; 16], i64) {
+    pub(super) fn place(&self) -> ([u8; 16], [u8; 16], i64) {
         (self.tenant, self.conversation, self.bucket)
     }
 
     /// The TTL a statement sent at `now` carries (0: no TTL). Taken per statement, just before
     /// it is sent: a TTL taken earlier would keep a row alive past its expiry by however long
     /// the statement waited (slow batches, a restarting server).
-    fn ttl(&self, now: UnixMillis) -> i32 {
+    pub(super) fn ttl(&self, now: UnixMillis) -> i32 {
         self.expires_at.map_or(0, |at| aligned_ttl(UnixMillis(at), now))
     }
 
-    fn what(&self) -> String {
+    pub(super) fn what(&self) -> String {
         format!("archiving seq {} of {}", self.seq, crate::ids::ConversationId(self.conversation))
     }
 }
@@ -224,55 +218,12 @@ impl ScyllaMessageStore {
             .unzip();
         let written = rows.len();
         let rows = &rows;
-        // Owned work items (row index, which statement): closures over borrowed tuples would
+        // Owned work items (which rows, which statement): closures over borrowed tuples would
         // make the returned future's `Send` bound higher-ranked.
-        let write = |(i, step): (usize, Step)| async move {
-            let row = &rows[i];
-            let (session, st) = (&self.inner.session, &self.inner.st);
-            let first = self.now();
-            loop {
-                let sent = self.now();
-                let ttl = row.ttl(sent);
-                let result = match step {
-                    Step::Record => {
-                        let values = (&row.tenant[..], &row.conversation[..], row.bucket, row.seq, &row.blob, ttl);
-                        session.execute_unpaged(&st.insert_record, values).await
-                    }
-                    Step::Index => {
-                        let expires = row.expires_at.map_or(MaybeUnset::Unset, MaybeUnset::Set);
-                        let (t, c) = (&row.tenant[..], &row.conversation[..]);
-                        let values = (t, c, row.seq, expires, row.partition, row.offset, ttl);
-                        session.execute_unpaged(&st.insert_archived_index, values).await
-                    }
-                    Step::Expiry(at) => {
-                        // Outlives the record by an hour: its second needs no care.
-                        let entry_ttl = ttl.saturating_add(EXPIRY_ENTRY_GRACE_SECS).min(MAX_TTL_SECS);
-                        let values = (hour_bucket(at), at, &row.tenant[..], &row.conversation[..], row.seq, entry_ttl);
-                        session.execute_unpaged(&st.insert_expiry, values).await
-                    }
-                };
-                result.map_err(|e| unavailable(row.what(), e))?;
-                let settled = ttl == 0
-                    || matches!(step, Step::Expiry(_))
-                    || self.now().0.div_euclid(1000) == sent.0.div_euclid(1000);
-                if settled {
-                    return Ok::<(), StoreError>(());
-                }
-                if self.now().0 - first.0 >= TTL_SETTLE_BUDGET.as_millis() as i64 {
-                    return Err(StoreError::Unavailable {
-                        message: format!(
-                            "{}: for {} s every acknowledgement arrived in a later second than its \
-                             statement was sent, so the row's TTL may be late; the batch is retried",
-                            row.what(),
-                            TTL_SETTLE_BUDGET.as_secs()
-                        ),
-                        source: None,
-                    });
-                }
-            }
-        };
-        let records = (0..rows.len()).map(|i| Ok((i, Step::Record)));
-        stream::iter(records).try_for_each_concurrent(concurrency, write).await?;
+        let write = |write: Write| async move { self.write_settled(rows, &write).await };
+        stream::iter(writes(rows, Step::Record).into_iter().map(Ok))
+            .try_for_each_concurrent(concurrency, write)
+            .await?;
         // History reads only visit buckets whose bound says something may be live there
         // (`buckets.rs`): raise each touched bucket's bound to its latest expiry first.
         let mut bounds: BTreeMap<([u8; 16], [u8; 16], i64), i64> = Default::default();
@@ -285,9 +236,7 @@ impl ScyllaMessageStore {
         };
         stream::iter(bounds.into_iter().map(Ok)).try_for_each_concurrent(concurrency, cover).await?;
         // Index (and expiry) rows only after every record row of the batch is durable.
-        let rest = rows.iter().enumerate().flat_map(|(i, row)| {
-            std::iter::once((i, Step::Index)).chain(row.expires_at.map(|at| (i, Step::Expiry(at))))
-        });
+        let rest = writes(rows, Step::Index).into_iter().chain(writes(rows, Step::Expiry));
         stream::iter(rest.map(Ok)).try_for_each_concurrent(concurrency, write).await?;
         Ok(ArchiveReport { written, conflicts })
     }

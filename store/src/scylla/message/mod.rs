@@ -35,6 +35,7 @@
 //!   query (see `buckets.rs`).
 
 mod archive;
+mod archive_requests;
 mod aux_count;
 mod buckets;
 mod commit;
