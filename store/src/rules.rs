@@ -68,12 +68,26 @@ pub(crate) fn check_publication(publication: Publication) -> StoreResult<()> {
 /// same seq and manifest, which is all the checks look at (so the same chunk under the first
 /// observation's receipt and a duplicate's is one write). A repeat with another seq or manifest
 /// stays, for the checks to refuse.
+///
+/// Manifests are compared only between writes of the same chunk and seq (by address first, as
+/// the writes of one dispatch share theirs): hashing them would read every recipient of the
+/// manifest for every chunk written.
 #[cfg(any(feature = "redis", feature = "scylla"))]
 pub(crate) fn distinct_chunk_writes<'a>(
     writes: &'a [crate::mailbox_store::ChunkWrite<'a>],
 ) -> Vec<&'a crate::mailbox_store::ChunkWrite<'a>> {
-    let mut seen = std::collections::HashSet::new();
-    writes.iter().filter(|w| seen.insert((w.receipt.id, w.receipt.seq, w.chunk, w.manifest))).collect()
+    let mut seen: std::collections::HashMap<_, Vec<&DispatchManifest>> = std::collections::HashMap::new();
+    writes
+        .iter()
+        .filter(|w| {
+            let manifests = seen.entry((w.receipt.id, w.receipt.seq, w.chunk)).or_default();
+            let repeat = manifests.iter().any(|m| std::ptr::eq(*m, w.manifest) || **m == *w.manifest);
+            if !repeat {
+                manifests.push(w.manifest);
+            }
+            !repeat
+        })
+        .collect()
 }
 
 /// Groups `entries` by `(tenant, user, seq)`, sorts each group's events by (ordinal, event id)
@@ -164,4 +178,55 @@ pub(crate) fn accept_group(
         return Err(StoreError::CorruptEntry(format!("expired mailbox group at {seq} above the expired-gap boundary")));
     }
     Ok(group)
+}
+
+#[cfg(all(test, any(feature = "redis", feature = "scylla")))]
+mod tests {
+    use super::*;
+    use crate::ids::{ConversationId, ConversationSeq, MessageId, UnixMillis, UserId};
+    use crate::mailbox::{ChunkId, DispatchId, DispatchManifest, DispatchReceipt, LaneId, MessageRef, ShardId};
+    use crate::mailbox_store::ChunkWrite;
+    use crate::message::MessageKind;
+
+    fn manifest(recipients: &[u8]) -> DispatchManifest {
+        let message = MessageRef {
+            tenant: TenantId([1; 16]),
+            conversation: ConversationId([2; 16]),
+            seq: ConversationSeq(1),
+            message_id: MessageId([3; 16]),
+            sender: UserId([4; 16]),
+            kind: MessageKind::Normal,
+            created_at: UnixMillis(0),
+        };
+        let id = DispatchId { message_id: message.message_id, shard: ShardId(0) };
+        DispatchManifest::new(id, message, recipients.iter().map(|&n| UserId([n; 16])).collect())
+    }
+
+    #[test]
+    fn a_repeated_chunk_write_is_dropped_and_one_with_another_manifest_or_seq_kept() {
+        let receipt = DispatchReceipt {
+            id: manifest(&[1]).id,
+            seq: MailboxSeq::from_u64(7).unwrap(),
+            canonical_offset: 1,
+            observed_offset: 1,
+            duplicate: false,
+        };
+        let later = DispatchReceipt { seq: MailboxSeq::from_u64(8).unwrap(), ..receipt };
+        let (m, same, other) = (manifest(&[1, 2]), manifest(&[1, 2]), manifest(&[1, 3]));
+        let chunk = |lane| ChunkId { lane: LaneId::new(lane).unwrap(), index: 0 };
+        let writes = [
+            ChunkWrite { receipt: &receipt, manifest: &m, chunk: chunk(0) },
+            ChunkWrite { receipt: &receipt, manifest: &m, chunk: chunk(0) },
+            ChunkWrite { receipt: &receipt, manifest: &same, chunk: chunk(0) },
+            ChunkWrite { receipt: &receipt, manifest: &other, chunk: chunk(0) },
+            ChunkWrite { receipt: &later, manifest: &m, chunk: chunk(0) },
+            ChunkWrite { receipt: &receipt, manifest: &m, chunk: chunk(1) },
+            ChunkWrite { receipt: &receipt, manifest: &other, chunk: chunk(0) },
+        ];
+        let kept: Vec<usize> = distinct_chunk_writes(&writes)
+            .into_iter()
+            .map(|w| writes.iter().position(|x| std::ptr::eq(x, w)).unwrap())
+            .collect();
+        assert_eq!(kept, vec![0, 3, 4, 5], "the same chunk under an equal manifest is a repeat, by address or not");
+    }
 }

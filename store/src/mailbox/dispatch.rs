@@ -3,7 +3,7 @@
 //! observation ([`DispatchReceipt`]) and how far its chunks are ([`DispatchProgress`]).
 
 use super::{
-    lane_of, LaneId, MailboxEntry, MailboxEvent, MailboxRetention, MailboxSeq, MessageRef, ShardId,
+    LaneId, MailboxEntry, MailboxEvent, MailboxRetention, MailboxSeq, MessageRef, ShardId, TenantHash,
     CHUNK_MAX_RECIPIENTS, LANES, MAX_DISPATCH_RECIPIENTS,
 };
 use crate::ids::{EventId, MessageId, UserId};
@@ -64,15 +64,16 @@ impl DispatchManifest {
 
     /// This lane's recipients, ascending.
     pub fn lane_recipients(&self, lane: LaneId) -> Vec<UserId> {
-        let tenant = self.message.tenant;
-        self.recipients.iter().copied().filter(|u| lane_of(&tenant, u) == lane).collect()
+        let hash = TenantHash::new(&self.message.tenant);
+        self.recipients.iter().copied().filter(|u| hash.lane_of(u) == lane).collect()
     }
 
     /// How many recipients each lane has.
     pub fn lane_sizes(&self) -> [usize; LANES as usize] {
         let mut per_lane = [0usize; LANES as usize];
+        let hash = TenantHash::new(&self.message.tenant);
         for u in &self.recipients {
-            per_lane[lane_of(&self.message.tenant, u).0 as usize] += 1;
+            per_lane[hash.lane_of(u).0 as usize] += 1;
         }
         per_lane
     }
