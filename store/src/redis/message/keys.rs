@@ -101,28 +101,33 @@ impl Keys {
         self.conversation(tenant, conversation, "gcdone")
     }
 
-    /// `<ns>:{k:<tenant hex><sender hex>}:commit:<client id>`: HASH with `req` (request bytes)
-    /// and `commit` (the commit's head, `codec::encode_commit_head`).
-    pub(super) fn commit(&self, key: &CommitKey) -> String {
+    /// `<ns>:{k:<tenant hex><sender hex>}:<kind>:<client id>`: a key of one request key, in
+    /// its sender's slot.
+    fn sender(&self, key: &CommitKey, kind: &str) -> String {
         let client = key.client_message_id.as_str();
-        let mut out = String::with_capacity(self.ns.len() + 78 + client.len());
+        let mut out = String::with_capacity(self.ns.len() + 72 + kind.len() + client.len());
         out.push_str(&self.ns);
         out.push_str(":{k:");
         push_hex(&mut out, &key.tenant.0);
         push_hex(&mut out, &key.sender.0);
-        out.push_str("}:commit:");
+        out.push_str("}:");
+        out.push_str(kind);
+        out.push(':');
         out.push_str(client);
         out
+    }
+
+    /// `<ns>:{k:<tenant hex><sender hex>}:commit:<client id>`: HASH with `req` (request bytes)
+    /// and `commit` (the commit's head, `codec::encode_commit_head`).
+    pub(super) fn commit(&self, key: &CommitKey) -> String {
+        self.sender(key, "commit")
     }
 
     /// `<ns>:{k:<tenant hex><sender hex>}:claim:<client id>`: the group-commit layout's claim of
     /// a request key, in the sender's slot: `<conversation hex>:<request digest>` (one `SET NX`
     /// decides which request and conversation own the key). No code path of this release writes it.
     pub(super) fn sender_claim(&self, key: &CommitKey) -> String {
-        let mut out = self.commit(key);
-        let at = out.len() - key.client_message_id.as_str().len() - "commit:".len();
-        out.replace_range(at..at + "commit".len(), "claim");
-        out
+        self.sender(key, "claim")
     }
 
     /// `<ns>:{c:<tenant hex><conversation hex>}:commit:<sender hex>:<client id>`: the
