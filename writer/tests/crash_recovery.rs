@@ -115,7 +115,11 @@ async fn crash_in_process(kind: Kind, failpoint: &str, left_in: CommitState) {
         config.backend = Backend::Scylla(shared_test_keyspace("writer_crash_recovery", shared).await);
     }
     let c = case();
-    let w = TestWriter::start(config.clone()).await;
+    // The interrupted writer never recovers: its loop (1 s grace in tests) could otherwise finish
+    // the commit between the interrupted send and the stop, when a loaded machine made the send
+    // itself take over a second. Only the restarted writer is to drive it.
+    let interrupted = WriterConfig { recovery_grace: Duration::from_secs(3600), ..config.clone() };
+    let w = TestWriter::start(interrupted).await;
     fail::cfg(failpoint, "return").unwrap();
     let (status, answer) =
         w.post("/v1/messages", &send_body(c.tenant, c.conversation, c.sender, "crash-1", "hi")).await;
