@@ -2,11 +2,11 @@
 
 use async_trait::async_trait;
 
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationId, MessageId, TenantId, UnixMillis, UserId};
 use crate::message::{
-    Commit, CommitIntent, CommitKey, CommitRequest, ConversationSummary, HistoryPage, HistoryQuery, Publication,
-    ReadPosition,
+    Commit, CommitIntent, CommitKey, CommitRequest, CommitState, ConversationSummary, HistoryPage, HistoryQuery,
+    Publication, ReadPosition,
 };
 
 /// How long a commit's auxiliary facts (the commit row and its recovery index entry) outlive
@@ -69,6 +69,29 @@ pub trait MessageStore: Send + Sync {
     ) -> StoreResult<Commit> {
         members.authorize_history(request.key.tenant, request.conversation, request.key.sender).await?;
         self.reserve(request, proposed_id).await
+    }
+
+    /// [`Self::reserve_from_member`], then [`Self::put_record`] when the reservation is
+    /// RESERVED: the send's first two steps, which a backend may take in fewer round trips
+    /// (the writer's hot path). The answer is the commit as stored: RECORDED after a new
+    /// reservation; a replay's in whatever state it has reached; RESERVED when another driver
+    /// moved the commit on while it was being recorded (the caller drives it from there, as
+    /// after a `Conflict` of `put_record`). Refusals are `reserve_from_member`'s; a failure
+    /// after the reservation leaves it RESERVED for the recovery loop.
+    async fn reserve_and_record(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: &dyn HistoryAuthorizer,
+    ) -> StoreResult<Commit> {
+        let reserved = self.reserve_from_member(request, proposed_id, members).await?;
+        if reserved.state != CommitState::Reserved {
+            return Ok(reserved);
+        }
+        match self.put_record(&reserved.intent).await {
+            Err(StoreError::Conflict(_)) => Ok(reserved),
+            recorded => recorded,
+        }
     }
 
     /// Writes the record and history index for `intent` (byte-identical to the reserved

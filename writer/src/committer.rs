@@ -150,21 +150,42 @@ impl DurableMessageCommitter {
         let _permit = self.permits.acquire().await.expect("the semaphore is never closed");
         emit(InFlightChanged(true));
         let _in_flight = InFlight;
-        let reserved = self.reserve(request, members).await?;
-        if reserved.state == CommitState::Committed {
-            return Ok((reserved, true));
+        // The failpoint is read once per send (its counts, such as `20*off`, count sends).
+        let stop = stop_after_reserve();
+        let started = self.reserve(request, members, stop.is_none()).await?;
+        if started.state == CommitState::Committed {
+            return Ok((started, true));
         }
-        boundary!("writer::after_reserve");
-        self.drive(reserved).await.map(|c| (c, false)).map_err(lost_mid_flight)
+        if let Some(arg) = stop {
+            if arg.as_deref() == Some("abort") {
+                std::process::abort();
+            }
+            return Err(CommitError::Interrupted("writer::after_reserve"));
+        }
+        if started.state == CommitState::Recorded {
+            boundary!("writer::after_record");
+        }
+        self.drive(started).await.map(|c| (c, false)).map_err(lost_mid_flight)
     }
 
-    async fn reserve(&self, request: &CommitRequest, members: &dyn HistoryAuthorizer) -> Result<Commit, CommitError> {
+    /// The send's reservation and, with `and_record`, its record: the store's
+    /// `reserve_and_record`, which takes both steps in as few round trips as it can.
+    async fn reserve(
+        &self,
+        request: &CommitRequest,
+        members: &dyn HistoryAuthorizer,
+        and_record: bool,
+    ) -> Result<Commit, CommitError> {
         let timer = Instant::now();
         // A retry of a reserved key gets its first id back; this one then goes unused.
         let proposed = self.ids.mint(UnixMillis::now())?;
-        let reserved = self.store.reserve_from_member(request, proposed, members).await?;
-        emit(StageDone { stage: "reserve", elapsed: timer.elapsed() });
-        Ok(reserved)
+        let (stage, started) = if and_record {
+            ("reserve_and_record", self.store.reserve_and_record(request, proposed, members).await?)
+        } else {
+            ("reserve", self.store.reserve_from_member(request, proposed, members).await?)
+        };
+        emit(StageDone { stage, elapsed: timer.elapsed() });
+        Ok(started)
     }
 
     /// Drives a reserved commit forward to COMMITTED from whatever state it is in (the
@@ -243,6 +264,14 @@ impl DurableMessageCommitter {
         }
         Ok(self.store.mark_outbox_published_and_committed(key, id, publication).await)
     }
+}
+
+/// `Some(argument)` when the `writer::after_reserve` failpoint fires (tests: stop a send once
+/// reserved, before its record; `return(abort)` kills the process like `kill -9`). Its other
+/// actions (`sleep`, `panic`) act before the reservation. Never in release builds.
+fn stop_after_reserve() -> Option<Option<String>> {
+    fail::fail_point!("writer::after_reserve", Some);
+    None
 }
 
 /// `Some(argument)` when the `writer::after_outbox` failpoint fires (tests: stop a commit at

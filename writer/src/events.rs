@@ -31,7 +31,8 @@ impl InternalEvent for SendAnswered {
     }
 }
 
-/// A commit stage finished (`reserve`, `record`, `publish`, `outbox`, `commit`).
+/// A commit stage finished (`reserve_and_record`, `reserve`, `record`, `publish`, `outbox`,
+/// `commit`).
 pub struct StageDone {
     /// The stage.
     pub stage: &'static str,

@@ -3,7 +3,9 @@
 /// Counter, label `outcome`: `committed`, `replayed` (an identical retry of a finished
 /// commit), `conflict`, `invalid`, `unavailable`, `failed`.
 pub const COMMITS: &str = "qim_writer_commits_total";
-/// Histogram (seconds), label `stage`: `reserve`, `record`, `publish`, `outbox` (from RECORDED:
+/// Histogram (seconds), label `stage`: `reserve_and_record` (a send's first two steps, the
+/// hot path), `reserve` and `record` (each on its own: failpoint runs, a send another driver
+/// moved on), `publish`, `outbox` (from RECORDED:
 /// the publication and the store steps after it, OUTBOXED and, stored together with it,
 /// COMMITTED), `commit` (OUTBOXED → COMMITTED on its own: recovery, another driver), `total`.
 pub const COMMIT_STAGE_SECONDS: &str = "qim_writer_commit_stage_seconds";

@@ -113,6 +113,46 @@ pub async fn reserve_from_member_refuses_a_non_member_before_issuing_anything(h:
     assert_eq!(next.intent.seq, ConversationSeq(2));
 }
 
+/// `reserve_and_record` takes a new send to RECORDED with its record in history; a replay gets
+/// the stored commit in its state (a RESERVED one left behind is recorded, never reserved
+/// again); other bytes are `Conflict` and a non-member `Forbidden`, neither issuing a seq.
+pub async fn reserve_and_record_takes_a_send_to_recorded(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let (t, conv) = (fresh_tenant(), fresh_conversation());
+    let members = MembershipAuthorizer::default();
+    members.admit(t, conv, user(1));
+    let first = request(t, user(1), "m1", conv, b"hello");
+    let recorded = store.reserve_and_record(&first, fresh_message_id(), &members).await.unwrap();
+    assert_eq!((recorded.intent.seq, recorded.state), (ConversationSeq(1), CommitState::Recorded));
+    assert_eq!(store.load_commit(&first.key).await.unwrap(), Some(recorded.clone()));
+    let page =
+        store.history_page(&query(t, conv, user(1), Direction::Older, None, 10, 1 << 20), &members).await.unwrap();
+    assert_eq!(seqs(&page), vec![1], "the record is written");
+    assert_eq!(page.records[0].payload, b"hello".to_vec());
+    let again = store.reserve_and_record(&first, fresh_message_id(), &members).await.unwrap();
+    assert_eq!(again, recorded, "a replay gets the stored commit, recorded once");
+
+    let other = request(t, user(1), "m1", conv, b"other bytes");
+    let refused = store.reserve_and_record(&other, fresh_message_id(), &members).await;
+    assert_eq!(refused.map_err(|e| e.kind()).err(), Some(ErrorKind::Conflict), "the key holds other bytes");
+    let outsider = request(t, user(2), "o1", conv, b"let me in");
+    let refused = store.reserve_and_record(&outsider, fresh_message_id(), &members).await;
+    assert_eq!(refused.map_err(|e| e.kind()).err(), Some(ErrorKind::Forbidden), "a non-member's send");
+    assert_eq!(store.load_commit(&outsider.key).await.unwrap(), None);
+
+    let left = request(t, user(1), "m2", conv, b"left behind");
+    let reserved = store.reserve(&left, fresh_message_id()).await.unwrap();
+    assert_eq!((reserved.intent.seq, reserved.state), (ConversationSeq(2), CommitState::Reserved), "no seq issued");
+    let finished = store.reserve_and_record(&left, fresh_message_id(), &members).await.unwrap();
+    assert_eq!(finished.state, CommitState::Recorded, "a RESERVED commit is recorded");
+    assert_eq!(finished.intent, reserved.intent, "with its first intent");
+    let key = &left.key;
+    let id = finished.intent.message_id;
+    store.mark_outbox_published_and_committed(key, id, Publication { partition: 1, offset: 7 }).await.unwrap();
+    let replayed = store.reserve_and_record(&left, fresh_message_id(), &members).await.unwrap();
+    assert_eq!((replayed.state, replayed.intent.seq), (CommitState::Committed, ConversationSeq(2)), "a replay");
+}
+
 async fn commit_fully_from(store: &dyn MessageStore, reserved: &Commit) -> Commit {
     let key = &reserved.intent.request.key;
     store.put_record(&reserved.intent).await.unwrap();

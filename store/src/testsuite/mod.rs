@@ -125,6 +125,7 @@ macro_rules! message_store_contract_suite {
             reserve_replay_with_same_bytes_returns_first_commit,
             reserve_same_key_with_different_bytes_conflicts,
             reserve_from_member_refuses_a_non_member_before_issuing_anything,
+            reserve_and_record_takes_a_send_to_recorded,
             load_commit_for_request_compares_bytes,
             states_move_forward_only_from_their_predecessor,
             outbox_and_commit_together_take_both_steps_in_order,

@@ -244,6 +244,15 @@ impl MessageStore for TieredMessageStore {
         self.hot.reserve_from_member(request, proposed_id, members).await
     }
 
+    async fn reserve_and_record(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: &dyn HistoryAuthorizer,
+    ) -> StoreResult<Commit> {
+        self.hot.reserve_and_record(request, proposed_id, members).await
+    }
+
     async fn put_record(&self, intent: &CommitIntent) -> StoreResult<Commit> {
         self.hot.put_record(intent).await
     }
