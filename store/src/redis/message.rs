@@ -28,13 +28,55 @@
 //! commit's entries in its sender's shard, a record's in its conversation's. Below, `{recovery}`
 //! and the like name the shard of the entry at hand; scans walk every shard.
 //!
-//! Three names are reserved for the group-commit layout (a commit created by the script that
-//! issues its seq, in the conversation's slot), which no code path of this release writes:
-//! `<ns>:{c:<tenant><conversation>}:commit:<sender>:<client id>` (its commit),
-//! `<ns>:{k:<tenant><sender>}:claim:<client id>` (its claim of the key) and the `{recovery}` /
-//! `{commitgc}` member `<tenant><sender>/<conversation>:<message id>:<client id>`. The recovery
-//! scan and the auxiliary GC skip such members and leave them in place, so that a release that
-//! writes them can roll out beside this one.
+//! The group-commit layout (below) adds three: `<ns>:{c:<tenant><conversation>}:commit:<sender>:<client id>`
+//! (a commit, the same hash as in the sender's slot), `<ns>:{k:<tenant><sender>}:claim:<client id>`
+//! (string `<conversation hex>:<xxh3-128 of the request bytes, hex>`, Redis TTL [`CLAIM_MILLIS`])
+//! and the `{recovery}` / `{commitgc}` member `<tenant><sender>/<conversation>:<message id>:<client id>`.
+//!
+//! # Commit layouts
+//!
+//! A store creates the commits of new sends in one of two layouts ([`CommitLayout`]) and reads,
+//! drives and collects commits of both: `load` asks the sender's slot for the commit there and
+//! the key's claim in one round trip, and follows a claim to its conversation's slot; index
+//! members say which layout they name.
+//!
+//! - **In the sender's slot** (the default): the steps below, 5 round trips and 5 scripts per
+//!   send.
+//! - **In the conversation's slot** (the group-commit layout): the commit lives beside the seq
+//!   counter, so the script that issues the seq creates it, with the record. A send costs 3
+//!   round trips and 3 scripts: (1) ⟨`message_claim.lua` ‖ ZADD `{recovery}`⟩ in the sender's
+//!   slot: the claim decides which request and conversation own the key (other bytes or another
+//!   conversation: `Conflict`; a commit of the other layout holds the key: that layout's
+//!   `reserve` takes over); the member is named by the proposed message id, which every attempt
+//!   of this reservation keeps. (2) `message_append.lua` in the conversation's slot: an existing
+//!   commit is answered before any lease check (a replay; other bytes: `Conflict`); otherwise
+//!   the member cache, the lease and the clock are checked as the sender-slot allocation does
+//!   (a clock ahead of the proposed `created_at` writes nothing and answers the clock: the send
+//!   proposes again), and the seq, the commit (RECORDED) and the record are written at once, the
+//!   seq spliced into the head and the record at their fixed offsets. `reserve` alone writes a
+//!   RESERVED commit and no record; `put_record` then writes the record and compares and sets
+//!   the head in one script (`message_commit_record.lua`), so no record is ever written for
+//!   anything but that commit. (3) after the publish, ⟨CAS RECORDED → COMMITTED ‖ ZADD
+//!   `{commitgc}` ‖ PEXPIRE claim ‖ hot-tier registrations ‖ ZREM settled⟩: the registrations
+//!   ride with the transition because the seq is known only once the commit exists; a CAS that
+//!   lands without them is registered again at once, and the auxiliary GC registers a
+//!   conversation-slot commit's record before it deletes the commit.
+//!
+//!   | crash or loss | left behind | resolved by |
+//!   |---|---|---|
+//!   | after (1) | the claim, a recovery entry leading nowhere, no seq | a retry with the same bytes claims `same` and appends; other bytes get `Conflict` until the claim expires; the auxiliary GC removes the entry after the TTL |
+//!   | (2) answered `extend`, `revalidate`, `wait`, `restamp` | nothing (a token on `revalidate`) | the same reservation loops, keeping its claim and member |
+//!   | after (2), before the publish | RECORDED commit, record, index | the recovery scan (member → conversation → message id) or a retry (`exists`, no new seq) drives it; two drivers are decided by the CAS |
+//!   | after the publish, before (3) | RECORDED, the record in Kafka | published again, same seq and id (a physical duplicate); nobody was answered |
+//!   | after (3)'s CAS alone | COMMITTED, maybe no `{commitgc}` entry or registrations | the entry stays unsettled (the scan skips COMMITTED; the auxiliary GC collects it); registrations sent again, or by the GC |
+//!   | the sender's slot lost | conversation-slot commits intact | same bytes: a new claim, then `exists` (a replay); another conversation is not refused any more |
+//!
+//!   The auxiliary GC releases a conversation-slot commit's claim (compare-and-delete) before
+//!   it deletes the commit: deleted after it, the claim could be a retry's new one. Not yet for
+//!   production: a lease revalidation restores recent commits in the sender's slot (a key whose
+//!   commit is restored there takes that layout's path, so nothing is reissued), and a store of
+//!   the default layout does not yet honour a claim (a fleet must not mix layouts in one
+//!   namespace).
 //!
 //! Ids are 32 lowercase hex digits. Blobs are the canonical encodings of [`crate::codec`],
 //! stored as they are; idempotency compares them byte for byte. Seqs stay below 2^53 so that
@@ -153,6 +195,7 @@
 //!   leaves a tombstone, then the member is removed, then the tombstone. A retry after a crash
 //!   finds the tombstone instead of a "missing record" and does not fail.
 
+mod append;
 mod gc;
 mod history;
 mod hot_tier;
@@ -176,13 +219,13 @@ use async_trait::async_trait;
 use self::inflight::InFlight;
 use self::keys::Keys;
 use self::lease::Renewals;
-use self::scripts::{expect_ok, invoke, query, Link, Reply};
+use self::scripts::{expect_ok, from_reply, invoke, query, run, Batch, Link, Reply};
 use super::index_shard::ShardCursor;
 use super::{connect_checked, RedisConfig};
 use crate::clock::{Clock, HybridClock};
 use crate::codec::{decode_commit_parts, encode_request};
 use crate::error::{StoreError, StoreResult};
-use crate::ids::{MessageId, TenantId, UnixMillis, UserId};
+use crate::ids::{ConversationId, MessageId, TenantId, UnixMillis, UserId};
 use crate::message::{
     Commit, CommitIntent, CommitKey, CommitRequest, CommitState, ConversationSummary, HistoryPage, HistoryQuery,
     Publication, ReadPosition,
@@ -194,6 +237,11 @@ use crate::rules::{conflict, describe as context};
 /// Redis TTL put on a COMMITTED commit hash: a safety net against leaks (a crash before the
 /// commit reached `{commitgc}`), twice the auxiliary TTL the GC enforces on the injected clock.
 pub const COMMITTED_REDIS_TTL_MILLIS: i64 = 2 * COMMIT_AUX_TTL_MILLIS;
+
+/// Redis TTL of a request key's claim (group-commit layout), set when it is taken and again at
+/// COMMITTED: it outlives the commit's safety-net TTL, so the claim goes only after its commit
+/// (or with the auxiliary GC, claim first).
+pub(crate) const CLAIM_MILLIS: i64 = COMMITTED_REDIS_TTL_MILLIS + 60 * 60 * 1000;
 
 /// Highest seq this backend issues: ZSET scores are doubles, exact up to 2^53.
 const MAX_SEQ: u64 = 1 << 53;
@@ -222,6 +270,8 @@ pub struct RedisMessageStore {
     renewals: Arc<Renewals>,
     /// Where the next scan of each sharded global index starts.
     scans: Arc<IndexScans>,
+    /// Where new sends' commits go.
+    layout: CommitLayout,
 }
 
 /// The scan cursors of the sharded global indexes ([`crate::redis::index_shard`]).
@@ -242,12 +292,38 @@ impl std::fmt::Debug for RedisMessageStore {
     }
 }
 
+/// Where a store creates the commits of new sends (see "Commit layouts" above). Every store
+/// reads, drives and collects commits of both layouts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommitLayout {
+    /// In the sender's slot, beside the request key: five round trips per send.
+    #[default]
+    InSenderSlot,
+    /// In the conversation's slot, created by the script that issues the seq, the key claimed
+    /// in the sender's slot: three round trips per send. Not yet for production: a lease
+    /// revalidation restores the commits of recent records in the sender's slot, and a fleet
+    /// must first run a release that reads this layout.
+    InConversationSlot,
+}
+
+/// Where one commit's hash lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loc {
+    /// `{k:<tenant><sender>}:commit:<client id>`.
+    Sender,
+    /// `{c:<tenant><conversation>}:commit:<sender>:<client id>`, claimed by
+    /// `{k:<tenant><sender>}:claim:<client id>`.
+    Conversation(ConversationId),
+}
+
 /// A commit as read from its hash.
 struct Stored {
     /// The `commit` field exactly as stored (what a CAS from this commit compares).
     blob: Vec<u8>,
     request_bytes: Vec<u8>,
     commit: Commit,
+    /// Where it was found.
+    loc: Loc,
 }
 
 /// `commit <tenant>/<sender>/<client id>` of a key, formatted only when shown (error contexts).
@@ -259,21 +335,47 @@ impl std::fmt::Display for Described<'_> {
     }
 }
 
+/// The `{recovery}` / `{commitgc}` member of `commit` stored at `loc`.
+fn aux_member_at(commit: &Commit, loc: Loc) -> String {
+    let key = &commit.intent.request.key;
+    match loc {
+        Loc::Sender => keys::aux_member(key, commit.intent.created_at),
+        Loc::Conversation(conversation) => {
+            keys::aux_member_in_conversation(key, conversation, commit.intent.message_id)
+        }
+    }
+}
+
 /// Whether `commit` is COMMITTED and past the auxiliary TTL at `now`.
 fn aux_due(commit: &Commit, now: UnixMillis) -> bool {
     commit.committed_at.is_some_and(|at| at.plus_millis(COMMIT_AUX_TTL_MILLIS) <= now)
 }
 
-/// Decodes a stored commit and checks it against the key it was found under.
-fn decode_stored(key: &CommitKey, request_bytes: Vec<u8>, blob: Vec<u8>) -> StoreResult<Stored> {
+/// Decodes a stored commit and checks it against the key (and, in a conversation's slot, the
+/// conversation) it was found under.
+fn decode_stored(key: &CommitKey, loc: Loc, request_bytes: Vec<u8>, blob: Vec<u8>) -> StoreResult<Stored> {
     let commit = decode_commit_parts(&request_bytes, &blob)?;
-    if commit.intent.request.key != *key {
+    let elsewhere = matches!(loc, Loc::Conversation(c) if c != commit.intent.request.conversation);
+    if commit.intent.request.key != *key || elsewhere {
         return Err(StoreError::CorruptEntry(format!(
             "{}: the stored commit does not match its key or request bytes",
             context(key)
         )));
     }
-    Ok(Stored { blob, request_bytes, commit })
+    Ok(Stored { blob, request_bytes, commit, loc })
+}
+
+/// The value of a request key's claim: `<conversation hex>:<xxh3-128 of the request bytes, hex>`.
+fn claim_value(conversation: ConversationId, request_bytes: &[u8]) -> String {
+    format!("{}:{:032x}", conversation.to_hex(), xxhash_rust::xxh3::xxh3_128(request_bytes))
+}
+
+/// The conversation a claim value names.
+fn claimed_conversation(value: &str) -> StoreResult<ConversationId> {
+    value
+        .split_once(':')
+        .and_then(|(conversation, _)| ConversationId::from_hex(conversation).ok())
+        .ok_or_else(|| StoreError::CorruptEntry(format!("request key claim {value:?} is malformed")))
 }
 
 impl RedisMessageStore {
@@ -296,8 +398,16 @@ impl RedisMessageStore {
             leases: None,
             renewals: Arc::default(),
             scans: Arc::default(),
+            layout: CommitLayout::default(),
         };
         Ok(store)
+    }
+
+    /// The store creating new sends' commits in `layout` (the default: in the sender's slot).
+    /// It reads, drives and collects commits of either layout whatever this says.
+    pub fn with_commit_layout(mut self, layout: CommitLayout) -> Self {
+        self.layout = layout;
+        self
     }
 
     /// Checks that Redis answers.
@@ -318,23 +428,65 @@ impl RedisMessageStore {
         self.policy
     }
 
-    /// Reads the commit stored under `key`.
+    /// Reads the commit stored under `key`, in whichever layout holds it: the sender's slot
+    /// answers the commit there and the key's claim in one round trip; a claim names the
+    /// conversation whose slot holds the commit (one more).
     async fn load(&self, key: &CommitKey) -> StoreResult<Option<Stored>> {
-        let hash = self.keys.commit(key);
-        let cmd = redis::cmd("HMGET").arg(&hash).arg("req").arg("commit").clone();
-        let (req, blob): (Option<Vec<u8>>, Option<Vec<u8>>) = query(&self.con, "reading a commit", &cmd).await?;
-        match (req, blob) {
-            (None, None) => Ok(None),
-            (Some(req), Some(blob)) => decode_stored(key, req, blob).map(Some),
-            _ => Err(StoreError::CorruptEntry(format!("commit hash {hash} lacks its request or commit field"))),
+        let mut batch = Batch::default();
+        batch.command("HMGET").arg(self.keys.commit(key)).arg("req").arg("commit");
+        batch.command("GET").arg(self.keys.sender_claim(key));
+        let [fields, claim] = exactly(run(&self.con, "reading a commit", batch).await?)?;
+        let (req, blob): (Option<Vec<u8>>, Option<Vec<u8>>) = from_reply("reading a commit", fields)?;
+        if req.is_some() || blob.is_some() {
+            return self.stored(key, Loc::Sender, req, blob);
+        }
+        match from_reply::<Option<String>>("reading a request key's claim", claim)? {
+            Some(value) => self.load_at(key, Loc::Conversation(claimed_conversation(&value)?)).await,
+            None => Ok(None),
         }
     }
 
-    /// Deletes the commit `read` if it is still unchanged; `false` when it was already gone
-    /// or changed (a reuse of the key).
-    async fn delete_commit(&self, key: &CommitKey, read: &[u8]) -> StoreResult<bool> {
-        let mut invocation = scripts::COMMIT_DELETE.key(self.keys.commit(key));
-        invocation.arg(read);
+    /// Reads the commit of `key` stored at `loc`.
+    async fn load_at(&self, key: &CommitKey, loc: Loc) -> StoreResult<Option<Stored>> {
+        let cmd = redis::cmd("HMGET").arg(self.keys.commit_at(key, loc)).arg("req").arg("commit").clone();
+        let (req, blob) = query(&self.con, "reading a commit", &cmd).await?;
+        self.stored(key, loc, req, blob)
+    }
+
+    /// A commit hash's two fields, decoded.
+    fn stored(
+        &self,
+        key: &CommitKey,
+        loc: Loc,
+        req: Option<Vec<u8>>,
+        blob: Option<Vec<u8>>,
+    ) -> StoreResult<Option<Stored>> {
+        match (req, blob) {
+            (None, None) => Ok(None),
+            (Some(req), Some(blob)) => decode_stored(key, loc, req, blob).map(Some),
+            _ => Err(StoreError::CorruptEntry(format!(
+                "commit hash {} lacks its request or commit field",
+                self.keys.commit_at(key, loc)
+            ))),
+        }
+    }
+
+    /// Deletes the commit `read` (stored at `loc`) if it is still unchanged; `false` when it
+    /// was already gone or changed (a reuse of the key). In a conversation's slot the key's
+    /// claim goes first, and only if it is still this commit's: a claim deleted after its
+    /// commit could be a retry's new claim, whose commit would then be left unclaimed.
+    async fn delete_commit(&self, key: &CommitKey, loc: Loc, stored: &Stored) -> StoreResult<bool> {
+        if let Loc::Conversation(conversation) = loc {
+            let mut release = scripts::CLAIM_RELEASE.key(self.keys.sender_claim(key));
+            release.arg(claim_value(conversation, &stored.request_bytes));
+            let reply = invoke(&self.con, "releasing a request key's claim", &release).await?;
+            match expect_ok("message_claim_release", &Described(key), reply) {
+                Ok(()) | Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let mut invocation = scripts::COMMIT_DELETE.key(self.keys.commit_at(key, loc));
+        invocation.arg(&stored.blob);
         let reply = invoke(&self.con, "deleting a commit", &invocation).await?;
         match expect_ok("message_commit_delete", &Described(key), reply) {
             Ok(()) => Ok(true),
@@ -352,6 +504,24 @@ impl RedisMessageStore {
         let cmd =
             redis::cmd("ZRANGEBYSCORE").arg(zset).arg("-inf").arg(max).arg("LIMIT").arg(offset).arg(count).clone();
         query(&self.con, "reading an index", &cmd).await
+    }
+}
+
+impl RedisMessageStore {
+    /// `reserve` (and with `record`, `put_record`) in this store's [`CommitLayout`].
+    async fn reserve_in(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: Option<&dyn HistoryAuthorizer>,
+        record: bool,
+    ) -> StoreResult<Commit> {
+        match self.layout {
+            CommitLayout::InSenderSlot => self.reserve_in_sender_slot(request, proposed_id, members, record).await,
+            CommitLayout::InConversationSlot => {
+                self.reserve_in_conversation(request, proposed_id, members, record).await
+            }
+        }
     }
 }
 
@@ -382,7 +552,7 @@ fn missing(what: &str) -> StoreError {
 #[async_trait]
 impl MessageStore for RedisMessageStore {
     async fn reserve(&self, request: &CommitRequest, proposed_id: MessageId) -> StoreResult<Commit> {
-        self.reserve_commit(request, proposed_id, None).await
+        self.reserve_in(request, proposed_id, None, false).await
     }
 
     async fn reserve_from_member(
@@ -391,13 +561,26 @@ impl MessageStore for RedisMessageStore {
         proposed_id: MessageId,
         members: &dyn HistoryAuthorizer,
     ) -> StoreResult<Commit> {
-        self.reserve_commit(request, proposed_id, Some(members)).await
+        self.reserve_in(request, proposed_id, Some(members), false).await
+    }
+
+    async fn reserve_and_record(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: &dyn HistoryAuthorizer,
+    ) -> StoreResult<Commit> {
+        let result = self.reserve_in(request, proposed_id, Some(members), true).await;
+        if result.is_err() {
+            self.inflight.forget(&request.key);
+        }
+        result
     }
 
     async fn put_record(&self, intent: &CommitIntent) -> StoreResult<Commit> {
         let key = &intent.request.key;
         let reserved = Commit { intent: intent.clone(), state: CommitState::Reserved, committed_at: None };
-        let known = self.inflight.get(key).is_some_and(|k| k.commit == reserved);
+        let known = self.inflight.get(key).filter(|k| k.commit == reserved).map(|k| k.loc);
         let result = self.record(key, reserved, known).await;
         if result.is_err() {
             self.inflight.forget(key);

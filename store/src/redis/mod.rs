@@ -20,7 +20,9 @@ pub use connection::{RedisConnection, Topology};
 pub use mailbox::RedisMailboxStore;
 pub use membership::RedisMembershipStore;
 pub use membership_cache::RedisMembershipCache;
-pub use message::{RecentRecords, RedisMessageStore, RestoreReport, SeqLeases, TrimReport, DEFAULT_LEASE_BLOCK};
+pub use message::{
+    CommitLayout, RecentRecords, RedisMessageStore, RestoreReport, SeqLeases, TrimReport, DEFAULT_LEASE_BLOCK,
+};
 pub use writer_id::{Renewal, WriterId, WriterIdLease, DEFAULT_WRITER_ID_LIFE, WRITER_IDS};
 
 use std::time::Duration;

@@ -88,61 +88,105 @@ async fn a_corrupt_head_is_refused_as_corrupt() {
     assert_eq!(err.kind(), qim_store::ErrorKind::CorruptEntry, "{err}");
 }
 
-/// The group-commit layout's entries (a commit in its conversation's slot, claimed in its
-/// sender's, listed under its message id) are left alone by this release: the recovery scan and
-/// the auxiliary GC skip them, in the middle of a shard, and go on with their own entries. So a
-/// fleet in a rolling upgrade never fails its scans on the other release's entries.
+/// A send of the group-commit layout: its commit in its conversation's slot (request and head,
+/// no sender-slot commit), its key claimed in its sender's; driven to COMMITTED by a store that
+/// did not create it (found through the claim); found by the recovery scan beside the other
+/// layout's commits while unfinished; collected by the auxiliary GC, claim and commit, with its
+/// record registered for expiry.
 #[tokio::test]
-async fn the_scan_and_the_gc_skip_the_group_commit_layouts_entries_and_go_on() {
-    use qim_store::codec::encode_commit_head;
+async fn a_group_commit_layout_send_is_found_driven_and_collected_by_any_store() {
     use qim_store::ids::UnixMillis;
-    use qim_store::redis::RedisMessageStore;
+    use qim_store::redis::CommitLayout;
+    use qim_store::testsuite::fixtures::MembershipAuthorizer;
 
     let redis = PrivateRedis::start();
     let clock = clock();
-    let store = open(&redis, 30, clock.clone()).await;
+    let v2 = open(&redis, 30, clock.clone()).await.with_commit_layout(CommitLayout::InConversationSlot);
+    let v1 = open(&redis, 30, clock.clone()).await;
     let mut con = raw(&redis).await;
     let tenant = fresh_tenant();
-    // An unfinished commit of this layout, which the scan must still find.
-    let mine = request(tenant, user(1), "mine", fresh_conversation(), b"reserved here");
-    let reserved = store.reserve(&mine, fresh_message_id()).await.unwrap();
-
-    // A RECORDED commit of the group-commit layout by the same sender (so its entry shares the
-    // shard), listed first in both indexes, and an orphan entry of this layout after it.
-    let theirs = request(tenant, user(1), "theirs", fresh_conversation(), b"reserved by a later release");
-    let mut recorded = reserved.clone();
-    recorded.intent.request = theirs.clone();
-    recorded.intent.message_id = fresh_message_id();
-    recorded.state = CommitState::Recorded;
-    let [commit_key, claim_key] = store.group_commit_keys(&theirs.key, theirs.conversation);
-    let () = con
-        .hset_multiple(&commit_key, &[("req", encode_request(&theirs)), ("commit", encode_commit_head(&recorded))])
+    let members = MembershipAuthorizer::default();
+    let theirs = request(tenant, user(1), "theirs", fresh_conversation(), b"in the conversation's slot");
+    members.admit(tenant, theirs.conversation, user(1));
+    let recorded = v2.reserve_and_record(&theirs, fresh_message_id(), &members).await.unwrap();
+    assert_eq!(recorded.state, CommitState::Recorded);
+    let [commit_key, claim_key] = v2.group_commit_keys(&theirs.key, theirs.conversation);
+    let (req, head, claim, legacy): (Vec<u8>, Vec<u8>, String, bool) = redis::pipe()
+        .hget(&commit_key, "req")
+        .hget(&commit_key, "commit")
+        .get(&claim_key)
+        .exists(commit_hash(&theirs.key))
+        .query_async(&mut con)
         .await
         .unwrap();
-    let () = con.set(&claim_key, format!("{}:digest", theirs.conversation.to_hex())).await.unwrap();
-    let member =
-        RedisMessageStore::group_commit_aux_member(&theirs.key, theirs.conversation, recorded.intent.message_id);
-    let orphan = format!("{}{}:1:gone", tenant.to_hex(), user(1).to_hex());
-    let [recovery, commit_gc] = store.aux_keys_of(&member);
-    assert_eq!(store.aux_keys_of(&orphan), [recovery.clone(), commit_gc.clone()], "one sender, one shard");
-    for (score, entry) in [(0, &member), (1, &orphan)] {
-        let () = con.zadd(&recovery, entry, score).await.unwrap();
-    }
-    let () = con.zadd(&commit_gc, &member, 0).await.unwrap();
+    assert_eq!(decode_commit_parts(&req, &head).unwrap(), recorded, "request and head in the conversation's slot");
+    assert!(claim.starts_with(&format!("{}:", theirs.conversation.to_hex())), "the claim names it: {claim}");
+    assert!(!legacy, "nothing in the sender's slot but the claim");
 
-    let found = store.scan_recoverable_commits(UnixMillis(i64::MAX), 10).await.unwrap();
-    assert_eq!(found, vec![reserved.clone()], "the other layout's commit is not driven here");
+    let mine = request(tenant, user(1), "mine", fresh_conversation(), b"in the sender's slot");
+    let reserved = v1.reserve(&mine, fresh_message_id()).await.unwrap();
+    let mut found = v1.scan_recoverable_commits(UnixMillis(i64::MAX), 10).await.unwrap();
+    found.sort_by_key(|c| c.intent.request.key.client_message_id.as_str().to_owned());
+    assert_eq!(found, vec![reserved, recorded.clone()], "both layouts' unfinished commits");
+
+    let publication = Publication { partition: 0, offset: 4 };
+    let id = recorded.intent.message_id;
+    let committed = v1.mark_outbox_published_and_committed(&theirs.key, id, publication).await.unwrap();
+    assert_eq!(committed.state, CommitState::Committed, "driven by a store that found it through its claim");
+    assert_eq!(v2.reserve(&theirs, fresh_message_id()).await.unwrap(), committed, "a replay");
+    let other = request(tenant, user(1), "theirs", fresh_conversation(), b"in the conversation's slot");
+    let refused = v2.reserve(&other, fresh_message_id()).await.unwrap_err();
+    assert_eq!(refused.kind(), qim_store::ErrorKind::Conflict, "the key is claimed for another conversation");
 
     clock.advance(qim_store::COMMIT_AUX_TTL_MILLIS + 1);
-    let report = store.gc_committed_auxiliary(100).await.unwrap();
-    assert_eq!(report.removed, 1, "the orphan of this layout, nothing else: {report:?}");
-    let listed: Vec<String> = con.zrange(&recovery, 0, -1).await.unwrap();
-    assert!(listed.contains(&member) && !listed.contains(&orphan), "{listed:?}");
-    let collected: Vec<String> = con.zrange(&commit_gc, 0, -1).await.unwrap();
-    assert_eq!(collected, vec![member.clone()]);
-    let (kept, claim): (Vec<u8>, Option<String>) =
-        redis::pipe().hget(&commit_key, "commit").get(&claim_key).query_async(&mut con).await.unwrap();
-    assert_eq!(kept, encode_commit_head(&recorded), "the other layout's commit is untouched");
-    assert!(claim.is_some(), "and so is its claim");
-    assert_eq!(store.scan_recoverable_commits(UnixMillis(i64::MAX), 10).await.unwrap(), vec![reserved]);
+    let report = v1.gc_committed_auxiliary(100).await.unwrap();
+    assert_eq!(report.removed, 1, "{report:?}");
+    let (commit, claim): (bool, bool) =
+        redis::pipe().exists(&commit_key).exists(&claim_key).query_async(&mut con).await.unwrap();
+    assert!(!commit && !claim, "the commit and its claim are collected");
+    let mut expiries = 0;
+    for key in v1.history_gc_keys() {
+        let n: usize = con.zcard(&key).await.unwrap();
+        expiries += n;
+    }
+    assert_eq!(expiries, 1, "its record is registered for expiry");
+    let again = v2.reserve(&other, fresh_message_id()).await.unwrap();
+    assert_eq!(again.state, CommitState::Reserved, "after the auxiliary TTL the key may name a new message");
+}
+
+/// The group-commit layout's send: reserve and record in 2 round trips (claim with the recovery
+/// entry, then the script that issues the seq and writes commit and record), OUTBOXED and
+/// COMMITTED in 1 (with the hot-tier registrations): 3, against 5 in the sender's slot.
+#[tokio::test]
+async fn a_group_commit_layout_send_costs_three_round_trips() {
+    use qim_store::redis::membership_cache::Cached;
+    use qim_store::redis::{CommitLayout, RedisConfig, RedisMembershipCache};
+    use qim_store::testsuite::fixtures::MembershipAuthorizer;
+
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await.with_commit_layout(CommitLayout::InConversationSlot);
+    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
+    let members = MembershipAuthorizer::default();
+    members.admit(tenant, conversation, user(1));
+    // The member cache the allocation reads, as the writer's authorizer fills it.
+    let config = RedisConfig { url: redis.url(), namespace: "qim".into() };
+    let cache = RedisMembershipCache::open(&config).await.unwrap();
+    let Cached::Miss { generation } = cache.is_member(tenant, conversation, user(1)).await.unwrap() else {
+        panic!("a fresh conversation's cache is empty");
+    };
+    assert!(cache.fill(tenant, conversation, &generation, &[user(1)]).await.unwrap());
+    for (i, expected) in [(0, None), (1, Some(3))] {
+        let req = request(tenant, user(1), &format!("m{i}"), conversation, b"x");
+        let before = store.round_trips();
+        let recorded = store.reserve_and_record(&req, fresh_message_id(), &members).await.unwrap();
+        assert_eq!(recorded.state, CommitState::Recorded);
+        let reserved_in = store.round_trips() - before;
+        let publication = Publication { partition: 0, offset: i };
+        let done = store.mark_outbox_published_and_committed(&req.key, recorded.intent.message_id, publication);
+        assert_eq!(done.await.unwrap().state, CommitState::Committed);
+        if let Some(expected) = expected {
+            assert_eq!(reserved_in, 2, "reserve_and_record");
+            assert_eq!(store.round_trips() - before, expected, "the whole send");
+        }
+    }
 }

@@ -13,7 +13,7 @@ use qim_store::ids::{ConversationId, ConversationSeq, TenantId};
 use qim_store::memory::MemorySeqHighWater;
 use qim_store::message::{CommitRequest, Direction, HistoryQuery, Publication};
 use qim_store::redis::message::RedisMessageStore;
-use qim_store::redis::{RedisConfig, SeqLeases};
+use qim_store::redis::{CommitLayout, RedisConfig, SeqLeases};
 use qim_store::retention::{RetentionClass, RetentionPolicy, EPHEMERAL_MILLIS};
 use qim_store::testsuite::fixtures::{
     assert_kind, clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user, MembershipAuthorizer, T0,
@@ -96,6 +96,7 @@ async fn raw_connection_at(url: String) -> redis::aio::MultiplexedConnection {
 /// each, for sabotage.
 struct Redis {
     url: String,
+    layout: CommitLayout,
     stores: Mutex<Vec<RedisMessageStore>>,
     cleanup: Cleanup,
 }
@@ -108,7 +109,12 @@ impl Default for Redis {
 
 impl Redis {
     fn on(url: String) -> Self {
-        Self { url, stores: Mutex::default(), cleanup: Cleanup::default() }
+        Self { url, layout: CommitLayout::default(), stores: Mutex::default(), cleanup: Cleanup::default() }
+    }
+
+    /// Stores creating their commits in the group-commit layout.
+    fn in_conversation_slots(url: String) -> Self {
+        Self { layout: CommitLayout::InConversationSlot, ..Self::on(url) }
     }
 
     /// The typed store behind the suite's store (harness stores are opened one per test).
@@ -120,7 +126,7 @@ impl Redis {
 #[async_trait]
 impl MessageHarness for Redis {
     async fn open(&self, policy: RetentionPolicy, clock: Arc<ManualClock>) -> Arc<dyn MessageStore> {
-        let store = open_store_at(&self.url, policy, clock, &self.cleanup).await;
+        let store = open_store_at(&self.url, policy, clock, &self.cleanup).await.with_commit_layout(self.layout);
         self.stores.lock().unwrap().push(store.clone());
         Arc::new(store)
     }
@@ -157,6 +163,18 @@ mod contract {
 mod contract_on_cluster {
     use super::*;
     qim_store::message_store_contract_suite!(Redis::on(shared_redis::cluster_url()));
+}
+
+/// The suite with commits created in their conversations' slots (the group-commit layout).
+mod contract_group_commit_layout {
+    use super::*;
+    qim_store::message_store_contract_suite!(Redis::in_conversation_slots(redis_url()));
+}
+
+/// The same on the Redis Cluster.
+mod contract_group_commit_layout_on_cluster {
+    use super::*;
+    qim_store::message_store_contract_suite!(Redis::in_conversation_slots(shared_redis::cluster_url()));
 }
 
 fn policy() -> RetentionPolicy {

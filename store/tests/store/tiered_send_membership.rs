@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use qim_store::ids::{ConversationId, ConversationSeq, TenantId, UserId};
-use qim_store::redis::{RedisConfig, RedisMembershipCache, RedisMessageStore, SeqLeases};
+use qim_store::redis::{CommitLayout, RedisConfig, RedisMembershipCache, RedisMessageStore, SeqLeases};
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaMembershipStore;
 use qim_store::testsuite::fixtures::{clock, fresh_conversation, fresh_message_id, fresh_tenant, request, user};
@@ -45,6 +45,16 @@ impl Counting {
 
 #[tokio::test]
 async fn the_member_cache_answers_within_the_allocation_and_the_durable_table_when_it_is_gone() {
+    the_member_cache_decides_sends(CommitLayout::InSenderSlot).await;
+}
+
+/// The same when the script that issues the seq creates the commit (the group-commit layout).
+#[tokio::test]
+async fn the_member_cache_answers_within_the_append_in_the_group_commit_layout() {
+    the_member_cache_decides_sends(CommitLayout::InConversationSlot).await;
+}
+
+async fn the_member_cache_decides_sends(layout: CommitLayout) {
     let cleanup = Cleanup::default();
     let redis = RedisConfig { url: redis_url(), namespace: unique_namespace() };
     cleanup.register(&redis.namespace);
@@ -52,7 +62,8 @@ async fn the_member_cache_answers_within_the_allocation_and_the_durable_table_wh
     let store = RedisMessageStore::open(&redis, policy, clock())
         .await
         .unwrap_or_else(|e| panic!("{}", unreachable(&redis.url, &e)))
-        .with_seq_leases(SeqLeases::new(Arc::new(qim_store::memory::MemorySeqHighWater::default())));
+        .with_seq_leases(SeqLeases::new(Arc::new(qim_store::memory::MemorySeqHighWater::default())))
+        .with_commit_layout(layout);
     let config = KEYSPACE.config();
     let session = scylla_support::connect(config).await;
     KEYSPACE.migrated(&session).await;

@@ -1,13 +1,14 @@
 //! The recovery scan and the two GC drains of [`RedisMessageStore`].
 //!
-//! Members of the group-commit layout (a commit in its conversation's slot,
-//! [`AuxMember::InConversationSlot`]) are skipped and left in place: this release never writes
-//! them, and a release that does drives and collects them. So a fleet in the middle of a rolling
-//! upgrade scans without failing on the other release's entries.
+//! Members of both layouts are read: [`AuxMember::InSenderSlot`] names its commit by key and
+//! `created_at`, [`AuxMember::InConversationSlot`] by key, conversation and message id. Before a
+//! conversation-slot commit is deleted its key's claim is released (claim first) and its record
+//! registered with the hot tier again (its send registered it beside the transition to
+//! COMMITTED, which may have landed alone).
 
 use super::keys::{aux_shard, parse_aux_member, parse_expiry_member, AuxMember};
 use super::scripts::{self, invoke, status};
-use super::{aux_due, RedisMessageStore};
+use super::{aux_due, Loc, RedisMessageStore, Stored};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::UnixMillis;
 use crate::message::{Commit, CommitState};
@@ -44,13 +45,10 @@ impl RedisMessageStore {
                 let members = self.zrange_due(&key, &max, offset, batch).await?;
                 inspected += members.len();
                 for member in &members {
-                    let AuxMember::InSenderSlot { key, created_at } = parse_aux_member(member)? else {
-                        continue;
-                    };
                     // An entry without its commit (a crash or a lost race), of a later reuse of
                     // the key, or of a finished commit is skipped.
-                    let Some(stored) = self.load(&key).await? else { continue };
-                    if stored.commit.intent.created_at == created_at && stored.commit.state.is_recoverable() {
+                    let Some(stored) = self.member_commit(&parse_aux_member(member)?).await? else { continue };
+                    if stored.commit.intent.created_at < cutoff && stored.commit.state.is_recoverable() {
                         found.push(stored.commit);
                         if found.len() == limit {
                             return Ok(found);
@@ -79,29 +77,23 @@ impl RedisMessageStore {
         for shard in self.scans.commit_gc.order() {
             let commit_gc = self.keys.commit_gc(shard);
             for member in self.zrange_due(&commit_gc, &max, 0, limit - report.removed).await? {
-                let AuxMember::InSenderSlot { key, created_at } = parse_aux_member(&member)? else {
-                    continue;
-                };
-                match self.load(&key).await? {
-                    Some(s) if s.commit.intent.created_at == created_at => {
-                        if s.commit.state != CommitState::Committed {
-                            // An entry written alongside a transition that did not land (a
-                            // pipeline is not a transaction): the commit is unfinished, so its
-                            // recovery entry stays for the recovery loop; only this entry goes.
-                            self.zrem(&commit_gc, &member).await?;
-                            report.removed += 1;
-                            continue;
-                        }
-                        if !aux_due(&s.commit, now) {
-                            // Committed a moment after this entry's score (another process won
-                            // the transition): due on a later pass.
-                            continue;
-                        }
-                        self.delete_commit(&key, &s.blob).await?;
+                // None: already expired by its safety-net TTL, or the key was reused: nothing
+                // to delete.
+                if let Some(s) = self.member_commit(&parse_aux_member(&member)?).await? {
+                    if s.commit.state != CommitState::Committed {
+                        // An entry written alongside a transition that did not land (a pipeline
+                        // is not a transaction): the commit is unfinished, so its recovery entry
+                        // stays for the recovery loop; only this entry goes.
+                        self.zrem(&commit_gc, &member).await?;
+                        report.removed += 1;
+                        continue;
                     }
-                    // Already expired by its safety-net TTL, or the key was reused: nothing to
-                    // delete.
-                    _ => {}
+                    if !aux_due(&s.commit, now) {
+                        // Committed a moment after this entry's score (another process won the
+                        // transition): due on a later pass.
+                        continue;
+                    }
+                    self.collect_commit(&s).await?;
                 }
                 self.zrem(&self.keys.recovery(aux_shard(&member)), &member).await?;
                 self.zrem(&commit_gc, &member).await?;
@@ -128,24 +120,41 @@ impl RedisMessageStore {
                 if report.removed == limit {
                     break;
                 }
-                let AuxMember::InSenderSlot { key, created_at } = parse_aux_member(&member)? else {
-                    continue;
-                };
-                match self.load(&key).await? {
-                    Some(s) if s.commit.intent.created_at == created_at => {
-                        if !aux_due(&s.commit, now) {
-                            continue;
-                        }
-                        self.delete_commit(&key, &s.blob).await?;
-                        self.zrem(&self.keys.commit_gc(aux_shard(&member)), &member).await?;
+                if let Some(s) = self.member_commit(&parse_aux_member(&member)?).await? {
+                    if !aux_due(&s.commit, now) {
+                        continue;
                     }
-                    _ => {}
+                    self.collect_commit(&s).await?;
+                    self.zrem(&self.keys.commit_gc(aux_shard(&member)), &member).await?;
                 }
                 self.zrem(&recovery, &member).await?;
                 report.removed += 1;
             }
         }
         Ok(report)
+    }
+
+    /// The commit `member` names, if its hash still holds that reservation (not a later reuse
+    /// of the key, nor a reserver that lost the race for it).
+    async fn member_commit(&self, member: &AuxMember) -> StoreResult<Option<Stored>> {
+        Ok(match member {
+            AuxMember::InSenderSlot { key, created_at } => {
+                self.load_at(key, Loc::Sender).await?.filter(|s| s.commit.intent.created_at == *created_at)
+            }
+            AuxMember::InConversationSlot { key, conversation, message_id } => self
+                .load_at(key, Loc::Conversation(*conversation))
+                .await?
+                .filter(|s| s.commit.intent.message_id == *message_id),
+        })
+    }
+
+    /// Deletes a COMMITTED commit past the auxiliary TTL (see the module docs for a
+    /// conversation-slot commit's claim and registrations).
+    async fn collect_commit(&self, stored: &Stored) -> StoreResult<()> {
+        if let Loc::Conversation(_) = stored.loc {
+            self.register_hot_tier(&stored.commit.intent).await?;
+        }
+        self.delete_commit(&stored.commit.intent.request.key, stored.loc, stored).await.map(drop)
     }
 
     /// [`crate::MessageStore::gc_expired_history`]: drains `{msghistorygc}` up to now.

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use super::Loc;
 use crate::message::{Commit, CommitKey};
 
 /// How long one generation collects entries.
@@ -32,6 +33,8 @@ const ENTRY_OVERHEAD: usize = 256;
 pub(super) struct Known {
     /// The commit; its canonical encoding is the blob stored under its key.
     pub(super) commit: Commit,
+    /// Where its hash is.
+    pub(super) loc: Loc,
     /// Whether this store registered the record with the hot tier (expiry index, trim window)
     /// and saw every registration succeed.
     pub(super) registered: bool,
@@ -94,8 +97,8 @@ impl InFlight {
         (now.saturating_duration_since(known.at) < 2 * GENERATION).then(|| Arc::clone(known))
     }
 
-    /// Remembers `commit` (not yet COMMITTED) as what Redis holds under its key.
-    pub(super) fn remember(&self, commit: Commit, registered: bool) {
+    /// Remembers `commit` (not yet COMMITTED) as what Redis holds under its key, at `loc`.
+    pub(super) fn remember(&self, commit: Commit, loc: Loc, registered: bool) {
         let key = commit.intent.request.key.clone();
         let bytes = commit.intent.request.payload.len() + ENTRY_OVERHEAD;
         let now = Instant::now();
@@ -103,7 +106,7 @@ impl InFlight {
         g.age(now);
         g.old.remove(&key);
         g.young_bytes += bytes;
-        g.young.insert(key, Arc::new(Known { commit, registered, at: now }));
+        g.young.insert(key, Arc::new(Known { commit, loc, registered, at: now }));
     }
 
     /// Forgets `key` (the send finished, or a step found the commit other than remembered).
@@ -160,6 +163,6 @@ mod tests {
             publication: None,
         };
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
-        Arc::new(Known { commit, registered: false, at: Instant::now() })
+        Arc::new(Known { commit, loc: Loc::Sender, registered: false, at: Instant::now() })
     }
 }

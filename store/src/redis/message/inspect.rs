@@ -46,14 +46,14 @@ impl RedisMessageStore {
     }
 
     /// Where the group-commit layout keeps the commit of `key` (in `conversation`'s slot), and
-    /// its claim of `key` (in the sender's). This release writes neither.
+    /// its claim of `key` (in the sender's).
     #[doc(hidden)]
     pub fn group_commit_keys(&self, key: &CommitKey, conversation: ConversationId) -> [String; 2] {
         [self.keys.commit_in_conversation(key, conversation), self.keys.sender_claim(key)]
     }
 
     /// The group-commit layout's `{recovery}`/`{commitgc}` member of one reservation (see
-    /// `keys::aux_member_in_conversation`). This release writes none.
+    /// `keys::aux_member_in_conversation`).
     #[doc(hidden)]
     pub fn group_commit_aux_member(key: &CommitKey, conversation: ConversationId, message_id: MessageId) -> String {
         aux_member_in_conversation(key, conversation, message_id)

@@ -2,6 +2,7 @@
 //!
 //! See the module documentation of [`super`] for the whole layout.
 
+use super::Loc;
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ClientMessageId, ConversationId, ConversationSeq, MessageId, TenantId, UnixMillis, UserId};
 use crate::message::CommitKey;
@@ -123,16 +124,24 @@ impl Keys {
         self.sender(key, "commit")
     }
 
+    /// The hash of `key`'s commit at `loc` ([`Self::commit`] or [`Self::commit_in_conversation`]).
+    pub(super) fn commit_at(&self, key: &CommitKey, loc: Loc) -> String {
+        match loc {
+            Loc::Sender => self.commit(key),
+            Loc::Conversation(conversation) => self.commit_in_conversation(key, conversation),
+        }
+    }
+
     /// `<ns>:{k:<tenant hex><sender hex>}:claim:<client id>`: the group-commit layout's claim of
-    /// a request key, in the sender's slot: `<conversation hex>:<request digest>` (one `SET NX`
-    /// decides which request and conversation own the key). No code path of this release writes it.
+    /// a request key, in the sender's slot: `<conversation hex>:<request digest>`
+    /// (`message_claim.lua` decides which request and conversation own the key).
     pub(super) fn sender_claim(&self, key: &CommitKey) -> String {
         self.sender(key, "claim")
     }
 
     /// `<ns>:{c:<tenant hex><conversation hex>}:commit:<sender hex>:<client id>`: the
     /// group-commit layout's commit (the same hash as [`Self::commit`]), in its conversation's
-    /// slot, so the script that issues the seq creates it. No code path of this release writes it.
+    /// slot, so the script that issues the seq creates it (`message_append.lua`).
     pub(super) fn commit_in_conversation(&self, key: &CommitKey, conversation: ConversationId) -> String {
         let mut suffix = String::with_capacity(40 + key.client_message_id.as_str().len());
         suffix.push_str("commit:");
@@ -189,7 +198,7 @@ pub(super) fn aux_member(key: &CommitKey, created_at: UnixMillis) -> String {
 /// `<tenant hex><sender hex>/<conversation hex>:<message id hex>:<client id>`. The message id,
 /// proposed before the key is claimed and kept by every attempt of that reservation, tells it
 /// apart as `created_at` does in [`aux_member`]; the conversation says which slot holds the
-/// commit. No code path of this release writes one, and its scans skip them ([`AuxMember`]).
+/// commit.
 pub(super) fn aux_member_in_conversation(
     key: &CommitKey,
     conversation: ConversationId,
@@ -219,8 +228,8 @@ pub(super) fn aux_shard(member: &str) -> IndexShard {
 pub(super) enum AuxMember {
     /// [`aux_member`]: a commit in its sender's slot, reserved at `created_at`.
     InSenderSlot { key: CommitKey, created_at: UnixMillis },
-    /// [`aux_member_in_conversation`]: a commit of the group-commit layout, which this release
-    /// neither writes nor drives; its scans and GC leave such members to the releases that do.
+    /// [`aux_member_in_conversation`]: a commit of the group-commit layout, in `conversation`'s
+    /// slot, reserved as `message_id`.
     InConversationSlot { key: CommitKey, conversation: ConversationId, message_id: MessageId },
 }
 

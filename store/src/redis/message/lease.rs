@@ -84,7 +84,7 @@ pub const DEFAULT_LEASE_BLOCK: u64 = 64;
 
 /// How long a revalidation token holds (Redis's clock) unless its holder renews it: a crashed
 /// revalidation blocks its conversation at most this long.
-const TOKEN_MILLIS: u64 = 6_000;
+pub(super) const TOKEN_MILLIS: u64 = 6_000;
 
 /// How often a revalidation under way renews its token (well within [`TOKEN_MILLIS`]).
 const TOKEN_KEEP_EVERY: Duration = Duration::from_secs(2);
@@ -211,7 +211,7 @@ impl RedisMessageStore {
     }
 
     /// The conversation keys the lease scripts take, in their order.
-    fn lease_keys(&self, tenant: TenantId, conversation: ConversationId) -> [String; 6] {
+    pub(super) fn lease_keys(&self, tenant: TenantId, conversation: ConversationId) -> [String; 6] {
         [
             self.keys.seq(tenant, conversation),
             self.keys.lease(tenant, conversation),
@@ -237,7 +237,7 @@ impl RedisMessageStore {
         let [seq, lease, token, index, low, archived] = self.lease_keys(tenant, conversation);
         let claims = self.keys.claims(tenant, conversation);
         let times = self.keys.claim_times(tenant, conversation);
-        let block = self.leases.as_ref().map_or(DEFAULT_LEASE_BLOCK, |l| l.block);
+        let block = self.lease_block();
         let [members, cached] = self.keys.member_cache(tenant, conversation);
         let clock = self.keys.clock(tenant, conversation);
         let sender: &[u8] = if check_sender { &key.sender.0 } else { &[] };
@@ -253,6 +253,11 @@ impl RedisMessageStore {
             .arg(TOKEN_MILLIS)
             .arg(block / 2)
             .arg(sender);
+    }
+
+    /// Seqs per lease block (what an allocation compares the lease's rest with).
+    pub(super) fn lease_block(&self) -> u64 {
+        self.leases.as_ref().map_or(DEFAULT_LEASE_BLOCK, |l| l.block)
     }
 
     /// The outcome of an allocation added by [`Self::allocate_seq`].
@@ -411,6 +416,6 @@ fn checked_end(conversation: ConversationId, start: u64, block: u64) -> StoreRes
 }
 
 /// A random revalidation token.
-fn fresh_token() -> String {
+pub(super) fn fresh_token() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }

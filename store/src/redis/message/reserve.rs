@@ -5,7 +5,7 @@
 use super::keys::{self, aux_member, aux_shard};
 use super::lease::{self, Allocation};
 use super::scripts::{self, answered, bytes, run, status, Batch};
-use super::{at_least, decode_stored, one, Described, RedisMessageStore};
+use super::{at_least, decode_stored, one, Described, Loc, RedisMessageStore};
 use crate::codec::{decode_commit_parts, encode_commit_head, encode_request};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationSeq, MessageId};
@@ -126,7 +126,7 @@ impl RedisMessageStore {
         let (outcome, rest) = status("message_reserve", &Described(key), reply)?;
         match outcome.as_str() {
             "ok" => {
-                self.inflight.remember(commit.clone(), false);
+                self.inflight.remember(commit.clone(), Loc::Sender, false);
                 Ok(commit)
             }
             "exists" => {
@@ -147,7 +147,7 @@ impl RedisMessageStore {
                     }
                     return Err(conflict(key, "the same key was reserved for different content"));
                 }
-                let first = decode_stored(key, req.to_vec(), blob.to_vec())?;
+                let first = decode_stored(key, Loc::Sender, req.to_vec(), blob.to_vec())?;
                 self.abandoned(seq, &first.commit.intent).await;
                 if first.commit.intent.created_at != created_at {
                     self.give_up_orphan(&member).await;
@@ -155,7 +155,7 @@ impl RedisMessageStore {
                 // Remembered only as stored in this release's layout: a whole commit an earlier
                 // release wrote is read again by the next step (its CAS compares those bytes).
                 if first.commit.state != CommitState::Committed && first.blob == encode_commit_head(&first.commit) {
-                    self.inflight.remember(first.commit.clone(), false);
+                    self.inflight.remember(first.commit.clone(), Loc::Sender, false);
                 }
                 Ok(first.commit)
             }
@@ -220,6 +220,6 @@ impl RedisMessageStore {
 
 /// The refusal of a send whose sender is not a member of the conversation (worded as the history
 /// authorizer words it).
-fn not_a_member(request: &CommitRequest) -> StoreError {
+pub(super) fn not_a_member(request: &CommitRequest) -> StoreError {
     StoreError::Forbidden(format!("{} is not a member of conversation {}", request.key.sender, request.conversation))
 }

@@ -32,6 +32,13 @@ pub(super) static COMMIT_CAS: LazyLock<Script> =
     LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_commit_cas.lua")));
 pub(super) static COMMIT_DELETE: LazyLock<Script> =
     LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_commit_delete.lua")));
+pub(super) static CLAIM: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_claim.lua")));
+pub(super) static CLAIM_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_claim_release.lua")));
+pub(super) static APPEND: LazyLock<Script> = LazyLock::new(|| leased!("message_append.lua"));
+pub(super) static COMMIT_RECORD: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_commit_record.lua")));
 pub(super) static PUT_RECORD: LazyLock<Script> = LazyLock::new(|| leased!("message_put_record.lua"));
 pub(super) static RESTORE_RECORD: LazyLock<Script> =
     LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_restore_record.lua")));
@@ -200,6 +207,12 @@ pub(super) async fn run(link: &Link, what: &str, batch: Batch) -> StoreResult<Ve
 /// A batch reply as a store result (a server error mapped like [`query`]'s).
 pub(super) fn answered(what: &str, reply: Reply) -> StoreResult<Value> {
     reply.map_err(|e| call_error(what, e))
+}
+
+/// A batch reply converted to `T` (a server error mapped like [`query`]'s).
+pub(super) fn from_reply<T: redis::FromRedisValue>(what: &str, reply: Reply) -> StoreResult<T> {
+    T::from_redis_value(answered(what, reply)?)
+        .map_err(|e| StoreError::InvariantViolation(format!("{what}: unexpected reply: {e}")))
 }
 
 /// The bytes of a string reply.

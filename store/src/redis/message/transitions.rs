@@ -4,9 +4,11 @@
 
 use std::sync::{Arc, PoisonError};
 
-use super::keys::{aux_member, aux_shard};
+use super::keys::aux_shard;
 use super::scripts::{self, answered, expect_ok, run, status, Batch, Reply};
-use super::{at_least, inflight, missing, one, Described, RedisMessageStore, COMMITTED_REDIS_TTL_MILLIS};
+use super::{
+    aux_member_at, inflight, missing, one, Described, Loc, RedisMessageStore, CLAIM_MILLIS, COMMITTED_REDIS_TTL_MILLIS,
+};
 use crate::codec::{encode_commit_head, encode_intent, encode_record};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::MessageId;
@@ -15,13 +17,18 @@ use crate::redis::index_shard::IndexShard;
 use crate::rules::{conflict, expect_message, expect_state, not_found};
 
 impl RedisMessageStore {
-    /// `put_record` from RESERVED commit `reserved`; `known` when the in-flight knowledge says
-    /// Redis holds exactly that commit.
-    pub(super) async fn record(&self, key: &CommitKey, reserved: Commit, known: bool) -> StoreResult<Commit> {
-        let known_blob = if known && self.write_record(&reserved.intent, "known").await? {
-            Some(encode_commit_head(&reserved))
-        } else {
-            None
+    /// `put_record` from RESERVED commit `reserved`; `known`: where the in-flight knowledge
+    /// says Redis holds exactly that commit.
+    pub(super) async fn record(&self, key: &CommitKey, reserved: Commit, known: Option<Loc>) -> StoreResult<Commit> {
+        let known_blob = match known {
+            Some(Loc::Conversation(c)) => {
+                let read = encode_commit_head(&reserved);
+                return self.record_in_conversation(key, Loc::Conversation(c), &read, reserved).await;
+            }
+            Some(Loc::Sender) if self.write_record(&reserved.intent, "known").await? => {
+                Some(encode_commit_head(&reserved))
+            }
+            _ => None,
         };
         let read = match known_blob {
             Some(blob) => blob,
@@ -31,6 +38,9 @@ impl RedisMessageStore {
                     return Err(conflict(key, "the intent differs from the reserved one"));
                 }
                 expect_state(key, &stored.commit, CommitState::Reserved)?;
+                if let Loc::Conversation(_) = stored.loc {
+                    return self.record_in_conversation(key, stored.loc, &stored.blob, reserved).await;
+                }
                 if !self.write_record(&reserved.intent, "read").await? {
                     return Err(StoreError::InvariantViolation(
                         "message_put_record: 'stale' for a commit just read".to_owned(),
@@ -45,13 +55,47 @@ impl RedisMessageStore {
         // written or found identical), so registering it is right whatever the CAS answers; a
         // CAS that lands without them leaves them to `mark_committed`.
         let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &next, 0);
+        self.cas(&mut batch, key, Loc::Sender, &read, &next, 0);
         self.hot_tier_registrations(&next.intent, &mut batch);
         let mut replies = run(&self.con, "recording a commit", batch).await?.into_iter();
         let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
         self.cas_outcome(key, cas)?;
         let registered = replies.all(|r| r.is_ok());
-        self.inflight.remember(next.clone(), registered);
+        self.inflight.remember(next.clone(), Loc::Sender, registered);
+        Ok(next)
+    }
+
+    /// `put_record` of a commit in its conversation's slot, stored as `read`: the record, its
+    /// index entry and RESERVED → RECORDED in one script (`message_commit_record.lua`), then the
+    /// hot-tier registrations (the record exists once the script answered).
+    async fn record_in_conversation(
+        &self,
+        key: &CommitKey,
+        loc: Loc,
+        read: &[u8],
+        reserved: Commit,
+    ) -> StoreResult<Commit> {
+        let intent = &reserved.intent;
+        let (tenant, conversation) = (key.tenant, intent.request.conversation);
+        let expires_at = self.policy.expires_at(intent.request.retention, intent.created_at);
+        let mut next = reserved.clone();
+        next.state = CommitState::Recorded;
+        let mut batch = Batch::default();
+        let keys = [
+            self.keys.commit_at(key, loc),
+            self.keys.records(tenant, conversation),
+            self.keys.index(tenant, conversation),
+        ];
+        batch
+            .script(&scripts::COMMIT_RECORD, &keys.each_ref().map(String::as_str))
+            .arg(read)
+            .arg(encode_commit_head(&next))
+            .arg(intent.seq.0)
+            .arg(encode_record(&intent.record(expires_at)));
+        let [reply] = one(run(&self.con, "recording a commit", batch).await?)?;
+        expect_ok("message_commit_record", &Described(key), answered("recording a commit", reply)?)?;
+        let registered = self.register_hot_tier(&next.intent).await.is_ok();
+        self.inflight.remember(next.clone(), loc, registered);
         Ok(next)
     }
 
@@ -92,7 +136,7 @@ impl RedisMessageStore {
         message_id: MessageId,
         publication: Publication,
     ) -> StoreResult<Commit> {
-        let (current, read, registered) = self.recorded(key, message_id).await?;
+        let (current, loc, read, registered) = self.recorded(key, message_id).await?;
         let mut next = current;
         next.intent.publication = Some(publication);
         next.state = CommitState::Outboxed;
@@ -101,7 +145,7 @@ impl RedisMessageStore {
         // right whatever the CAS answers; a CAS that lands without them leaves them to
         // `mark_committed`.
         let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &next, 0);
+        self.cas(&mut batch, key, loc, &read, &next, 0);
         if !registered {
             self.hot_tier_registrations(&next.intent, &mut batch);
         }
@@ -109,25 +153,35 @@ impl RedisMessageStore {
         let cas = replies.next().ok_or_else(|| missing("message_commit_cas"))?;
         self.cas_outcome(key, cas)?;
         let registered = registered || replies.all(|r| r.is_ok());
-        self.inflight.remember(next.clone(), registered);
+        self.inflight.remember(next.clone(), loc, registered);
         Ok(next)
     }
 
     /// The RECORDED commit under `key` for `message_id`: from the in-flight knowledge, else
-    /// read (and checked). Also its exact stored bytes, and whether this store saw its hot-tier
-    /// registrations succeed.
+    /// read (and checked). Also where it is, its exact stored bytes, and whether this store saw
+    /// its hot-tier registrations succeed.
     pub(super) async fn recorded(
         &self,
         key: &CommitKey,
         message_id: MessageId,
-    ) -> StoreResult<(Commit, Vec<u8>, bool)> {
-        Ok(match self.known(key, CommitState::Recorded, message_id) {
-            Some(k) => (k.commit.clone(), encode_commit_head(&k.commit), k.registered),
+    ) -> StoreResult<(Commit, Loc, Vec<u8>, bool)> {
+        self.current(key, CommitState::Recorded, message_id).await
+    }
+
+    /// The commit under `key` in `state` for `message_id` (see [`Self::recorded`]).
+    async fn current(
+        &self,
+        key: &CommitKey,
+        state: CommitState,
+        message_id: MessageId,
+    ) -> StoreResult<(Commit, Loc, Vec<u8>, bool)> {
+        Ok(match self.known(key, state, message_id) {
+            Some(k) => (k.commit.clone(), k.loc, encode_commit_head(&k.commit), k.registered),
             None => {
                 let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
                 expect_message(key, &stored.commit, message_id)?;
-                expect_state(key, &stored.commit, CommitState::Recorded)?;
-                (stored.commit, stored.blob, false)
+                expect_state(key, &stored.commit, state)?;
+                (stored.commit, stored.loc, stored.blob, false)
             }
         })
     }
@@ -141,7 +195,11 @@ impl RedisMessageStore {
         message_id: MessageId,
         publication: Publication,
     ) -> StoreResult<Commit> {
-        let known = self.known(key, CommitState::Recorded, message_id).filter(|k| k.registered);
+        // In a conversation's slot the registrations ride with the transition (see
+        // `committed_extras`); in the sender's they must have landed first.
+        let known = self
+            .known(key, CommitState::Recorded, message_id)
+            .filter(|k| k.registered || matches!(k.loc, Loc::Conversation(_)));
         let Some(known) = known else {
             self.outbox(key, message_id, publication).await?;
             return self.commit(key, message_id).await;
@@ -155,20 +213,16 @@ impl RedisMessageStore {
         // One compare-and-set takes the commit through OUTBOXED to COMMITTED at once: what a
         // crash or another driver could see between the two never exists, so the commit is either
         // still RECORDED (publish again) or COMMITTED with this publication.
-        let member = aux_member(key, committed.intent.created_at);
         let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &committed, COMMITTED_REDIS_TTL_MILLIS);
-        batch.command("ZADD").arg(self.keys.commit_gc(aux_shard(&member))).arg(now.0).arg(&member);
+        self.cas(&mut batch, key, known.loc, &read, &committed, COMMITTED_REDIS_TTL_MILLIS);
+        let member = self.committed_extras(&mut batch, &committed, known.loc, !known.registered);
         self.unlist_settled(&mut batch);
         let mut replies = run(&self.con, "publishing and committing a commit", batch).await?.into_iter();
         let (Some(to_committed), Some(listed)) = (replies.next(), replies.next()) else {
             return Err(missing("message_commit_cas"));
         };
         self.cas_outcome(key, to_committed)?;
-        // This commit's recovery entry goes on a later round trip, once both are confirmed.
-        if listed.is_ok() {
-            self.settled.lock().unwrap_or_else(PoisonError::into_inner).push(member);
-        }
+        self.committed_landed(&committed, known.registered, member, listed, replies).await;
         Ok(committed)
     }
 
@@ -185,15 +239,7 @@ impl RedisMessageStore {
     /// `mark_committed`.
     pub(super) async fn commit(&self, key: &CommitKey, message_id: MessageId) -> StoreResult<Commit> {
         let now = self.clock.now();
-        let (current, read, registered) = match self.known(key, CommitState::Outboxed, message_id) {
-            Some(k) => (k.commit.clone(), encode_commit_head(&k.commit), k.registered),
-            None => {
-                let stored = self.load(key).await?.ok_or_else(|| not_found(key))?;
-                expect_message(key, &stored.commit, message_id)?;
-                expect_state(key, &stored.commit, CommitState::Outboxed)?;
-                (stored.commit, stored.blob, false)
-            }
-        };
+        let (current, loc, read, registered) = self.current(key, CommitState::Outboxed, message_id).await?;
         // (1) The hot-tier registrations strictly before the transition (after it a repeated
         // step is a Conflict and could never add them), unless this store saw them succeed.
         if !registered {
@@ -204,18 +250,64 @@ impl RedisMessageStore {
         let mut next = current;
         next.state = CommitState::Committed;
         next.committed_at = Some(now);
-        let member = aux_member(key, next.intent.created_at);
         let mut batch = Batch::default();
-        self.cas(&mut batch, key, &read, &next, COMMITTED_REDIS_TTL_MILLIS);
-        batch.command("ZADD").arg(self.keys.commit_gc(aux_shard(&member))).arg(now.0).arg(&member);
+        self.cas(&mut batch, key, loc, &read, &next, COMMITTED_REDIS_TTL_MILLIS);
+        let member = self.committed_extras(&mut batch, &next, loc, false);
         self.unlist_settled(&mut batch);
-        let [cas, listed, ..] = at_least(run(&self.con, "committing a commit", batch).await?)?;
+        let mut replies = run(&self.con, "committing a commit", batch).await?.into_iter();
+        let (Some(cas), Some(listed)) = (replies.next(), replies.next()) else {
+            return Err(missing("message_commit_cas"));
+        };
         self.cas_outcome(key, cas)?;
         // (3) This commit's recovery entry goes on a later round trip, once both are confirmed.
+        self.committed_landed(&next, true, member, listed, replies).await;
+        Ok(next)
+    }
+
+    /// Adds to `batch`, after the CAS to COMMITTED of `committed` (at `loc`): its `{commitgc}`
+    /// entry; in a conversation's slot the claim's life extended past the commit's safety-net
+    /// TTL; with `register`, the hot-tier registrations. Returns the commit's index member.
+    ///
+    /// Registering beside the transition (the group-commit layout's send, whose seq is known
+    /// only once its commit exists) is legal because the record exists (the commit is past
+    /// RECORDED); a CAS that lands without them is registered again by `committed_landed`, and
+    /// the auxiliary GC registers a conversation-slot commit's record before deleting it.
+    fn committed_extras(&self, batch: &mut Batch, committed: &Commit, loc: Loc, register: bool) -> String {
+        let key = &committed.intent.request.key;
+        let member = aux_member_at(committed, loc);
+        let now = committed.committed_at.map_or(0, |at| at.0);
+        batch.command("ZADD").arg(self.keys.commit_gc(aux_shard(&member))).arg(now).arg(&member);
+        if let Loc::Conversation(_) = loc {
+            batch.command("PEXPIRE").arg(self.keys.sender_claim(key)).arg(CLAIM_MILLIS);
+        }
+        if register {
+            self.hot_tier_registrations(&committed.intent, batch);
+        }
+        member
+    }
+
+    /// After a CAS to COMMITTED landed: the commit's recovery entry is settled once its
+    /// `{commitgc}` entry (`listed`) was confirmed too; registrations that rode along and
+    /// failed (`registered` false: they were sent; `rest`: the replies after `listed`) are sent
+    /// again once, the auxiliary GC covering a second failure.
+    async fn committed_landed(
+        &self,
+        committed: &Commit,
+        registered: bool,
+        member: String,
+        listed: super::scripts::Reply,
+        rest: impl Iterator<Item = super::scripts::Reply>,
+    ) {
         if listed.is_ok() {
             self.settled.lock().unwrap_or_else(PoisonError::into_inner).push(member);
         }
-        Ok(next)
+        let failed = rest.filter(|r| r.is_err()).count();
+        if !registered && failed > 0 {
+            if let Err(e) = self.register_hot_tier(&committed.intent).await {
+                tracing::warn!(conversation = %committed.intent.request.conversation, error = %e,
+                    "registering a committed record with the hot tier failed; the auxiliary gc registers it");
+            }
+        }
     }
 
     /// Adds to `batch` the removal from `{recovery}` of every settled commit (COMMITTED and in
@@ -251,10 +343,18 @@ impl RedisMessageStore {
         Ok(())
     }
 
-    /// Adds to `batch` the CAS of `key`'s commit from `read` (exact bytes) to `next`.
-    pub(super) fn cas(&self, batch: &mut Batch, key: &CommitKey, read: &[u8], next: &Commit, redis_ttl_millis: i64) {
+    /// Adds to `batch` the CAS of `key`'s commit at `loc` from `read` (exact bytes) to `next`.
+    pub(super) fn cas(
+        &self,
+        batch: &mut Batch,
+        key: &CommitKey,
+        loc: Loc,
+        read: &[u8],
+        next: &Commit,
+        redis_ttl_millis: i64,
+    ) {
         batch
-            .script(&scripts::COMMIT_CAS, &[&self.keys.commit(key)])
+            .script(&scripts::COMMIT_CAS, &[&self.keys.commit_at(key, loc)])
             .arg(read)
             .arg(encode_commit_head(next))
             .arg(redis_ttl_millis);

@@ -3,7 +3,7 @@
 //! not absolute numbers).
 //!
 //! ```text
-//! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C] [--cluster]
+//! cargo run --release -p qim-tests --bin qim-bench -- redis [--count N] [--concurrency C] [--cluster] [--commit-layout sender|conversation]
 //! cargo run --release -p qim-tests --bin qim-bench -- scylla [--count N] [--concurrency C]
 //! cargo run --release -p qim-tests --bin qim-bench -- writer [--count N] [--concurrency C] [--cluster]
 //! cargo run --release -p qim-tests --bin qim-bench -- archiver [--count N] [--concurrency C]
@@ -94,6 +94,10 @@ pub struct Args {
     /// Which backends the dispatcher benchmark runs on: `redis`, `scylla` or `both`.
     #[arg(long, default_value = "both", value_parser = ["redis", "scylla", "both"])]
     pub backend: String,
+    /// Where `qim-bench redis` creates its commits: `sender` (the sender's slot, the default
+    /// layout) or `conversation` (the group-commit layout, the conversation's slot).
+    #[arg(long, default_value = "sender", value_parser = ["sender", "conversation"])]
+    pub commit_layout: String,
     /// Members per conversation in the dispatcher benchmark (0: one run with 5000, one with 500).
     #[arg(long, default_value_t = 0)]
     pub members: u64,

@@ -1,6 +1,9 @@
-//! `qim-bench redis`: commits/s through `RedisMessageStore` (reserve → put_record →
-//! mark_outbox_published → mark_committed) against raw pipelined `EVALSHA` of a script of the
-//! same shape (the same keys and writes in one call), measured in one run on the same servers.
+//! `qim-bench redis`: commits/s through `RedisMessageStore` on the writer's calls
+//! (`reserve_and_record` from a member, then `mark_outbox_published_and_committed`) against raw
+//! pipelined `EVALSHA` of a script of the same shape (the same keys and writes in one call),
+//! measured in one run on the same servers. `--commit-layout conversation` runs the store in the
+//! group-commit layout. The member cache of every conversation is filled first, as the writer's
+//! authorizer fills it, so the sends' membership is answered within their seq's script.
 //!
 //! The two paths run in [`ROUNDS`] interleaved rounds (so load from elsewhere on a shared machine
 //! falls on both alike), and besides throughput each path reports what it costs per operation,
@@ -14,9 +17,10 @@ use std::sync::Arc;
 use qim_store::clock::SystemClock;
 use qim_store::ids::{ClientMessageId, ConversationId, MessageId, TenantId, UserId};
 use qim_store::message::{CommitKey, CommitRequest, MessageKind, Publication};
-use qim_store::redis::{RedisConfig, RedisMessageStore};
+use qim_store::redis::membership_cache::Cached;
+use qim_store::redis::{CommitLayout, RedisConfig, RedisMembershipCache, RedisMessageStore};
 use qim_store::retention::{RetentionClass, RetentionPolicy};
-use qim_store::MessageStore;
+use qim_store::{HistoryAuthorizer, MessageStore, StoreResult};
 use qim_testkit::redis::wipe_namespace;
 
 use super::{drive, ms, Args, Measurement};
@@ -38,13 +42,16 @@ redis.call('ZADD', KEYS[5], ARGV[3], KEYS[3] .. ':' .. seq)
 return seq
 "#;
 
+/// The benchmark's one sender.
+const SENDER: UserId = UserId([7; 16]);
+
 fn request(tenant: TenantId, conv: u32, n: u64, payload: &[u8]) -> CommitRequest {
     let mut c = [0u8; 16];
     c[12..].copy_from_slice(&conv.to_be_bytes());
     CommitRequest {
         key: CommitKey {
             tenant,
-            sender: UserId([7; 16]),
+            sender: SENDER,
             client_message_id: ClientMessageId::new(format!("bench-{n}")).expect("ascii id"),
         },
         conversation: ConversationId(c),
@@ -52,6 +59,29 @@ fn request(tenant: TenantId, conv: u32, n: u64, payload: &[u8]) -> CommitRequest
         retention: RetentionClass::Default,
         payload: payload.to_vec(),
     }
+}
+
+/// Admits every sender: asked only when a conversation's member cache can not answer (it is
+/// filled before the measured rounds, see [`fill_member_caches`]).
+struct Everyone;
+
+#[async_trait::async_trait]
+impl HistoryAuthorizer for Everyone {
+    async fn authorize_history(&self, _: TenantId, _: ConversationId, _: UserId) -> StoreResult<()> {
+        Ok(())
+    }
+}
+
+/// Fills the member cache of each of the benchmark's conversations with its one sender.
+async fn fill_member_caches(config: &RedisConfig, tenant: TenantId, conversations: usize) -> anyhow::Result<()> {
+    let cache = RedisMembershipCache::open(config).await?;
+    for conv in 0..conversations as u32 {
+        let conversation = request(tenant, conv, 0, b"").conversation;
+        if let Cached::Miss { generation } = cache.is_member(tenant, conversation, SENDER).await? {
+            cache.fill(tenant, conversation, &generation, &[SENDER]).await?;
+        }
+    }
+    Ok(())
 }
 
 async fn store_path(
@@ -69,11 +99,9 @@ async fn store_path(
             let req = request(tenant, (n % conversations) as u32, n, &payload);
             let mut id = [0u8; 16];
             id[8..].copy_from_slice(&n.to_be_bytes());
-            let c = store.reserve(&req, MessageId(id)).await?;
-            store.put_record(&c.intent).await?;
+            let c = store.reserve_and_record(&req, MessageId(id), &Everyone).await?;
             let publication = Publication { partition: 0, offset: n as i64 };
-            store.mark_outbox_published(&req.key, c.intent.message_id, publication).await?;
-            store.mark_committed(&req.key, c.intent.message_id).await?;
+            store.mark_outbox_published_and_committed(&req.key, c.intent.message_id, publication).await?;
             Ok(())
         }
     })
@@ -202,8 +230,13 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     // benchmark's path raises them in the archive, once per lease block).
     let marks = Arc::new(qim_store::memory::MemorySeqHighWater::new());
     let store = RedisMessageStore::open(&config, policy, Arc::new(SystemClock)).await?;
-    let store = Arc::new(store.with_seq_leases(qim_store::redis::SeqLeases::new(marks)));
+    let layout = match args.commit_layout.as_str() {
+        "conversation" => CommitLayout::InConversationSlot,
+        _ => CommitLayout::InSenderSlot,
+    };
+    let store = Arc::new(store.with_seq_leases(qim_store::redis::SeqLeases::new(marks)).with_commit_layout(layout));
     let tenant = TenantId([9; 16]);
+    fill_member_caches(&config, tenant, args.conversations).await?;
     let warm = Args { count: (args.concurrency as u64) * 20, ..args.clone() };
     store_path(Arc::clone(&store), &warm, tenant, 10_000_000).await?;
     let conn = qim_store::redis::connect(&config).await?;
@@ -230,9 +263,10 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let cost = |t: &Totals| t.micros_per_op(t.client_cpu + t.redis_cpu);
     let cost_ratio = cost(&through_store) / cost(&raw);
     println!(
-        "redis commit path: {} commits, concurrency {}, {} conversations, {}-byte payloads, {ROUNDS} interleaved rounds, \
-         {} (Redis CPU over {} servers)",
+        "redis commit path: {} commits, commits in the {} slot, concurrency {}, {} conversations, {}-byte payloads, \
+         {ROUNDS} interleaved rounds, {} (Redis CPU over {} servers)",
         per_round * ROUNDS,
+        args.commit_layout,
         args.concurrency,
         args.conversations,
         args.payload,
@@ -249,7 +283,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     println!("  CPU per op (client + redis) store/raw: {cost_ratio:.2}×");
     Ok(serde_json::json!({
         "count": per_round * ROUNDS, "concurrency": args.concurrency, "rounds": ROUNDS,
-        "topology": args.topology(), "redis_servers": redis_cpu.servers(),
+        "topology": args.topology(), "redis_servers": redis_cpu.servers(), "commit_layout": args.commit_layout,
         "raw_per_second": raw.per_second(), "store_per_second": through_store.per_second(), "ratio": ratio,
         "store_p50_ms": through_store.p50(), "store_p99_ms": through_store.p99(),
         "raw_client_cpu_us": raw.micros_per_op(raw.client_cpu), "raw_redis_cpu_us": raw.micros_per_op(raw.redis_cpu),

@@ -1,0 +1,249 @@
+//! `reserve` in the group-commit layout ([`super::CommitLayout::InConversationSlot`]; the
+//! parent module's "Commit layouts"): the request key claimed in its sender's slot, then the
+//! commit created by the script that issues its seq, in its conversation's slot, with the record
+//! when the send is being recorded too (`reserve_and_record`).
+
+use super::keys::{aux_member_in_conversation, aux_shard};
+use super::lease::{self, Allocation};
+use super::scripts::{self, answered, bytes, run, status, Batch};
+use super::{claim_value, decode_stored, exactly, one, Described, Loc, RedisMessageStore, CLAIM_MILLIS};
+use crate::codec::{encode_commit_head, encode_record, encode_request, COMMIT_HEAD_SEQ_BYTES, RECORD_SEQ_BYTES};
+use crate::error::{StoreError, StoreResult};
+use crate::ids::{ConversationSeq, MessageId};
+use crate::message::{Commit, CommitIntent, CommitRequest, CommitState};
+use crate::message_store::HistoryAuthorizer;
+use crate::rules::{check_request, conflict};
+
+/// How many times one reservation proposes a later `created_at` because the conversation's
+/// clock ran ahead of it (another writer's clock, a restored record).
+const MAX_RESTAMPS: u32 = 3;
+
+impl RedisMessageStore {
+    /// `reserve` (with `members`: `reserve_from_member`) creating the commit in its
+    /// conversation's slot; with `record`, the record too (the commit then RECORDED).
+    ///
+    /// (1) ⟨`message_claim.lua` ‖ ZADD `{recovery}`⟩: the claim decides who owns the key (other
+    /// bytes or another conversation: `Conflict`; a commit of the sender-slot layout: that
+    /// layout's `reserve` takes over). The recovery entry is confirmed before the commit can
+    /// exist. (2) `message_append.lua`: the stored commit if there is one (a replay: no seq, no
+    /// lease needed), else the seq, the commit and the record at once; or what the lease needs
+    /// first, as the sender-slot allocation says it.
+    pub(super) async fn reserve_in_conversation(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: Option<&dyn HistoryAuthorizer>,
+        record: bool,
+    ) -> StoreResult<Commit> {
+        check_request(request)?;
+        let (key, conversation) = (&request.key, request.conversation);
+        let loc = Loc::Conversation(conversation);
+        let request_bytes = encode_request(request);
+        let member = aux_member_in_conversation(key, conversation, proposed_id);
+        let mut created_at = self.stamps.stamp();
+        let claim = self.keys.sender_claim(key);
+        let value = claim_value(conversation, &request_bytes);
+
+        let mut batch = Batch::default();
+        batch.script(&scripts::CLAIM, &[&claim, &self.keys.commit(key)]).arg(&value).arg(CLAIM_MILLIS);
+        batch.command("ZADD").arg(self.keys.recovery(aux_shard(&member))).arg(created_at.0).arg(&member);
+        let [claimed, listed] = exactly(run(&self.con, "claiming a request key", batch).await?)?;
+        let claimed = answered("claiming a request key", claimed)?;
+        let (outcome, _) = status("message_claim", &Described(key), claimed)?;
+        let ours = match outcome.as_str() {
+            "ok" => true,
+            "same" => false,
+            "legacy" => {
+                self.give_up_orphan(&member).await;
+                return self.reserve_in_sender_slot(request, proposed_id, members, record).await;
+            }
+            "other" => {
+                self.give_up_orphan(&member).await;
+                return Err(conflict(key, "the key is claimed by different content or another conversation"));
+            }
+            other => {
+                return Err(StoreError::InvariantViolation(format!(
+                    "message_claim: unexpected script status {other:?}"
+                )))
+            }
+        };
+        // No commit may exist without its recovery entry: stop here (the claim stays for a retry).
+        answered("writing the recovery index", listed)?;
+
+        let (tenant, mut check_sender) = (key.tenant, members.is_some());
+        let (mut waits, mut prepares, mut restamps) = (0u32, 0u32, 0u32);
+        loop {
+            let state = if record { CommitState::Recorded } else { CommitState::Reserved };
+            let intent = CommitIntent {
+                request: request.clone(),
+                seq: ConversationSeq(0),
+                message_id: proposed_id,
+                created_at,
+                publication: None,
+            };
+            let template = Commit { intent, state, committed_at: None };
+            let mut batch = Batch::default();
+            self.append(&mut batch, &template, &request_bytes, record, check_sender);
+            let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
+            let reply = answered("reserving a commit", reply)?;
+            let (outcome, rest) = status("message_append", &Described(key), reply.clone())?;
+            match outcome.as_str() {
+                "exists" => {
+                    let (Some(req), Some(head)) = (rest.first().and_then(bytes), rest.get(1).and_then(bytes)) else {
+                        return Err(StoreError::InvariantViolation(
+                            "message_append: 'exists' without request and commit".to_owned(),
+                        ));
+                    };
+                    if req != request_bytes.as_slice() {
+                        self.give_up_orphan(&member).await;
+                        return Err(conflict(key, "the same key was reserved for different content"));
+                    }
+                    let first = decode_stored(key, loc, req.to_vec(), head.to_vec())?;
+                    if first.commit.intent.message_id != proposed_id {
+                        self.give_up_orphan(&member).await;
+                    }
+                    if first.commit.state == CommitState::Committed {
+                        return Ok(first.commit);
+                    }
+                    self.inflight.remember(first.commit.clone(), loc, false);
+                    if record && first.commit.state == CommitState::Reserved {
+                        return match self.record(key, first.commit.clone(), Some(loc)).await {
+                            Err(StoreError::Conflict(_)) => Ok(first.commit),
+                            recorded => recorded,
+                        };
+                    }
+                    return Ok(first.commit);
+                }
+                "restamp" => {
+                    let clock = rest.first().and_then(bytes).and_then(|b| std::str::from_utf8(b).ok());
+                    let Some(clock) = clock.and_then(|c| c.parse().ok()) else {
+                        return Err(StoreError::InvariantViolation("message_append: 'restamp' without a clock".into()));
+                    };
+                    restamps += 1;
+                    if restamps > MAX_RESTAMPS {
+                        return Err(StoreError::Unavailable {
+                            message: format!("conversation {conversation}: its clock kept moving under this send"),
+                            source: None,
+                        });
+                    }
+                    self.stamps.observe(crate::ids::UnixMillis(clock));
+                    created_at = self.stamps.stamp();
+                    continue;
+                }
+                _ => {}
+            }
+            let allocation = self.allocation(conversation, Ok(reply))?;
+            match (&allocation, members) {
+                (Allocation::NotMember, _) => {
+                    self.refused(&member, ours.then_some((&claim, &value))).await;
+                    return Err(super::reserve::not_a_member(request));
+                }
+                (Allocation::MembersUnknown, Some(members)) => {
+                    if let Err(e) = members.authorize_history(tenant, conversation, key.sender).await {
+                        self.refused(&member, ours.then_some((&claim, &value))).await;
+                        return Err(e);
+                    }
+                    check_sender = false;
+                    continue;
+                }
+                _ => {}
+            }
+            if let Allocation::Issued { seq, lease, renew, created_at: at } = allocation {
+                self.stamps.observe(at);
+                if renew {
+                    self.renew_soon(tenant, conversation, lease);
+                }
+                let mut commit = template;
+                commit.intent.seq = seq;
+                self.inflight.remember(commit.clone(), loc, false);
+                return Ok(commit);
+            }
+            let exhausted = if matches!(allocation, Allocation::Wait) {
+                waits += 1;
+                (waits > lease::MAX_WAITS).then_some("another caller is still revalidating its seq lease")
+            } else {
+                prepares += 1;
+                (prepares > lease::MAX_PREPARES).then_some("its seq lease kept changing under this send")
+            };
+            if let Some(why) = exhausted {
+                return Err(StoreError::Unavailable {
+                    message: format!("conversation {conversation}: {why}"),
+                    source: None,
+                });
+            }
+            self.prepare_lease(tenant, conversation, allocation, waits).await?;
+        }
+    }
+
+    /// Adds `message_append.lua` for `template` (its seq 0; RECORDED with `record`) to `batch`.
+    fn append(&self, batch: &mut Batch, template: &Commit, request_bytes: &[u8], record: bool, check_sender: bool) {
+        let intent = &template.intent;
+        let (key, tenant, conversation) = (&intent.request.key, intent.request.key.tenant, intent.request.conversation);
+        let [seq, lease, token, index, low, archived] = self.lease_keys(tenant, conversation);
+        let [members, cached] = self.keys.member_cache(tenant, conversation);
+        let keys = [
+            seq,
+            lease,
+            token,
+            index,
+            low,
+            archived,
+            self.keys.claims(tenant, conversation),
+            self.keys.claim_times(tenant, conversation),
+            members,
+            cached,
+            self.keys.clock(tenant, conversation),
+            self.keys.commit_in_conversation(key, conversation),
+            self.keys.records(tenant, conversation),
+        ];
+        let record_bytes = if record {
+            encode_record(&intent.record(self.policy.expires_at(intent.request.retention, intent.created_at)))
+        } else {
+            Vec::new()
+        };
+        let sender: &[u8] = if check_sender { &key.sender.0 } else { &[] };
+        batch
+            .script(&scripts::APPEND, &keys.each_ref().map(String::as_str))
+            .arg(request_bytes)
+            .arg(encode_commit_head(template))
+            .arg(record_bytes)
+            .arg(intent.created_at.0)
+            .arg(lease::fresh_token())
+            .arg(lease::TOKEN_MILLIS)
+            .arg(self.lease_block() / 2)
+            .arg(sender)
+            .arg(COMMIT_HEAD_SEQ_BYTES.start)
+            .arg(RECORD_SEQ_BYTES.start);
+    }
+
+    /// Best effort, after a refused send: its recovery entry goes, and its claim when this
+    /// attempt took it (`Some((claim, value))`), so nothing of it stays.
+    async fn refused(&self, member: &str, claim: Option<(&String, &String)>) {
+        self.give_up_orphan(member).await;
+        if let Some((claim, value)) = claim {
+            let mut release = scripts::CLAIM_RELEASE.key(claim);
+            release.arg(value);
+            let _ = scripts::invoke(&self.con, "releasing a request key's claim", &release).await;
+        }
+    }
+
+    /// `reserve` (and, with `record`, `put_record`) in the sender-slot layout: a key such a
+    /// commit holds, or every send of a store creating that layout.
+    pub(super) async fn reserve_in_sender_slot(
+        &self,
+        request: &CommitRequest,
+        proposed_id: MessageId,
+        members: Option<&dyn HistoryAuthorizer>,
+        record: bool,
+    ) -> StoreResult<Commit> {
+        let reserved = self.reserve_commit(request, proposed_id, members).await?;
+        if !record || reserved.state != CommitState::Reserved {
+            return Ok(reserved);
+        }
+        let known = self.inflight.get(&request.key).filter(|k| k.commit == reserved).map(|k| k.loc);
+        match self.record(&request.key, reserved.clone(), known).await {
+            Err(StoreError::Conflict(_)) => Ok(reserved),
+            recorded => recorded,
+        }
+    }
+}
