@@ -190,3 +190,54 @@ async fn a_group_commit_layout_send_costs_three_round_trips() {
         }
     }
 }
+
+/// Redis loses everything after a group-commit layout send was published and answered: its
+/// retry is answered from the topic (the revalidation restores its commit, which then holds the
+/// key), with the first seq and message id, never a second seq; the next send gets a seq above.
+#[tokio::test]
+async fn a_send_published_before_redis_lost_it_is_answered_from_the_topic_not_reissued() {
+    use std::sync::Arc;
+
+    use qim_store::clock::ManualClock;
+    use qim_store::memory::MemorySeqHighWater;
+    use qim_store::message::PublishedRecord;
+    use qim_store::redis::CommitLayout;
+    use qim_store::retention::RetentionPolicy;
+    use qim_store::testsuite::fixtures::{MembershipAuthorizer, T0};
+
+    use crate::redis_created_at_clock::{writer, Topic};
+    use crate::shared_redis::{unique_namespace, url, wipe, Cleanup};
+
+    let cleanup = Cleanup::default();
+    let namespace = unique_namespace();
+    cleanup.register(&namespace);
+    let (marks, topic) = (Arc::new(MemorySeqHighWater::default()), Arc::new(Topic::default()));
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = writer(&url(), &namespace, clock.clone(), marks, topic.clone())
+        .await
+        .with_commit_layout(CommitLayout::InConversationSlot);
+    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
+    let members = MembershipAuthorizer::default();
+    members.admit(tenant, conversation, user(1));
+    let mut sent = Vec::new();
+    for id in ["a", "b"] {
+        let req = request(tenant, user(1), id, conversation, b"published");
+        let recorded = store.reserve_and_record(&req, fresh_message_id(), &members).await.unwrap();
+        let publication = Publication { partition: 0, offset: recorded.intent.seq.0 as i64 };
+        let id = recorded.intent.message_id;
+        let committed = store.mark_outbox_published_and_committed(&req.key, id, publication).await.unwrap();
+        let expires_at = RetentionPolicy::default().expires_at(req.retention, committed.intent.created_at);
+        let record = committed.intent.record(expires_at);
+        topic.0.lock().unwrap().push(PublishedRecord { record, publication });
+        sent.push((req, committed));
+    }
+    assert!(wipe(&namespace) > 0, "redis lost the namespace");
+
+    let (req, committed) = &sent[1];
+    let again = store.reserve_and_record(req, fresh_message_id(), &members).await.unwrap();
+    assert_eq!(again.state, CommitState::Committed, "answered as the send it was");
+    assert_eq!((again.intent.seq, again.intent.message_id), (committed.intent.seq, committed.intent.message_id));
+    let next = request(tenant, user(1), "c", conversation, b"after the loss");
+    let next = store.reserve_and_record(&next, fresh_message_id(), &members).await.unwrap();
+    assert!(next.intent.seq > committed.intent.seq, "seq {} is above every published one", next.intent.seq.0);
+}

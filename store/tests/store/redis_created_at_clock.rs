@@ -31,7 +31,7 @@ const SKEW_MILLIS: i64 = 5_000;
 
 /// The records a revalidation reads back from "the topic": whatever the test put there.
 #[derive(Default)]
-struct Topic(Mutex<Vec<PublishedRecord>>);
+pub(crate) struct Topic(pub(crate) Mutex<Vec<PublishedRecord>>);
 
 #[async_trait]
 impl RecentRecords for Topic {
@@ -47,7 +47,7 @@ impl RecentRecords for Topic {
 }
 
 /// A writer: a store in `namespace` at `url` on its own clock, leasing from `marks`.
-async fn writer(
+pub(crate) async fn writer(
     url: &str,
     namespace: &str,
     clock: Arc<ManualClock>,

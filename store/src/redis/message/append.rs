@@ -9,10 +9,22 @@ use super::scripts::{self, answered, bytes, run, status, Batch};
 use super::{claim_value, decode_stored, exactly, one, Described, Loc, RedisMessageStore, CLAIM_MILLIS};
 use crate::codec::{encode_commit_head, encode_record, encode_request, COMMIT_HEAD_SEQ_BYTES, RECORD_SEQ_BYTES};
 use crate::error::{StoreError, StoreResult};
-use crate::ids::{ConversationSeq, MessageId};
-use crate::message::{Commit, CommitIntent, CommitRequest, CommitState};
+use crate::ids::{ConversationSeq, MessageId, UnixMillis};
+use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState};
 use crate::message_store::HistoryAuthorizer;
 use crate::rules::{check_request, conflict};
+
+/// What claiming a request key found.
+enum Claimed {
+    /// This attempt claimed it.
+    Ours,
+    /// It was claimed for this request and conversation already.
+    Same,
+    /// A commit of the sender-slot layout holds it.
+    Legacy,
+    /// Another request or conversation claimed it.
+    Other,
+}
 
 /// How many times one reservation proposes a later `created_at` because the conversation's
 /// clock ran ahead of it (another writer's clock, a restored record).
@@ -37,141 +49,184 @@ impl RedisMessageStore {
     ) -> StoreResult<Commit> {
         check_request(request)?;
         let (key, conversation) = (&request.key, request.conversation);
-        let loc = Loc::Conversation(conversation);
         let request_bytes = encode_request(request);
         let member = aux_member_in_conversation(key, conversation, proposed_id);
-        let mut created_at = self.stamps.stamp();
-        let claim = self.keys.sender_claim(key);
         let value = claim_value(conversation, &request_bytes);
+        let mut created_at = self.stamps.stamp();
+        let (tenant, mut check_sender, mut ours) = (key.tenant, members.is_some(), false);
+        let (mut waits, mut prepares, mut restamps) = (0u32, 0u32, 0u32);
+        'claim: loop {
+            match self.claim_key(key, &value, &member, created_at).await? {
+                Claimed::Ours => ours = true,
+                Claimed::Same => {}
+                Claimed::Legacy => {
+                    self.give_up_orphan(&member).await;
+                    return self.reserve_in_sender_slot(request, proposed_id, members, record).await;
+                }
+                Claimed::Other => {
+                    self.give_up_orphan(&member).await;
+                    return Err(conflict(key, "the key is claimed by different content or another conversation"));
+                }
+            }
+            let refused_claim = ours.then(|| (self.keys.sender_claim(key), value.clone()));
+            loop {
+                let state = if record { CommitState::Recorded } else { CommitState::Reserved };
+                let seq = ConversationSeq(0);
+                let intent = CommitIntent {
+                    request: request.clone(),
+                    seq,
+                    message_id: proposed_id,
+                    created_at,
+                    publication: None,
+                };
+                let template = Commit { intent, state, committed_at: None };
+                let mut batch = Batch::default();
+                self.append(&mut batch, &template, &request_bytes, record, check_sender);
+                let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
+                let reply = answered("reserving a commit", reply)?;
+                let (outcome, rest) = status("message_append", &Described(key), reply.clone())?;
+                match outcome.as_str() {
+                    "exists" => {
+                        return self.replayed(request, &request_bytes, &member, proposed_id, &rest, record).await
+                    }
+                    "restamp" => {
+                        restamps += 1;
+                        if restamps > MAX_RESTAMPS {
+                            return Err(StoreError::Unavailable {
+                                message: format!("conversation {conversation}: its clock kept moving under this send"),
+                                source: None,
+                            });
+                        }
+                        let clock = rest.first().and_then(bytes).and_then(|b| std::str::from_utf8(b).ok());
+                        let Some(clock) = clock.and_then(|c| c.parse().ok()) else {
+                            return Err(StoreError::InvariantViolation(
+                                "message_append: 'restamp' without a clock".into(),
+                            ));
+                        };
+                        self.stamps.observe(UnixMillis(clock));
+                        created_at = self.stamps.stamp();
+                        continue;
+                    }
+                    _ => {}
+                }
+                let allocation = self.allocation(conversation, Ok(reply))?;
+                match (&allocation, members) {
+                    (Allocation::NotMember, _) => {
+                        self.refused(&member, refused_claim.as_ref()).await;
+                        return Err(super::reserve::not_a_member(request));
+                    }
+                    (Allocation::MembersUnknown, Some(members)) => {
+                        if let Err(e) = members.authorize_history(tenant, conversation, key.sender).await {
+                            self.refused(&member, refused_claim.as_ref()).await;
+                            return Err(e);
+                        }
+                        check_sender = false;
+                        continue;
+                    }
+                    _ => {}
+                }
+                if let Allocation::Issued { seq, lease, renew, created_at: at } = allocation {
+                    self.stamps.observe(at);
+                    if renew {
+                        self.renew_soon(tenant, conversation, lease);
+                    }
+                    let mut commit = template;
+                    commit.intent.seq = seq;
+                    self.inflight.remember(commit.clone(), Loc::Conversation(conversation), false);
+                    return Ok(commit);
+                }
+                let exhausted = if matches!(allocation, Allocation::Wait) {
+                    waits += 1;
+                    (waits > lease::MAX_WAITS).then_some("another caller is still revalidating its seq lease")
+                } else {
+                    prepares += 1;
+                    (prepares > lease::MAX_PREPARES).then_some("its seq lease kept changing under this send")
+                };
+                if let Some(why) = exhausted {
+                    let message = format!("conversation {conversation}: {why}");
+                    return Err(StoreError::Unavailable { message, source: None });
+                }
+                let revalidated = matches!(allocation, Allocation::Revalidate { .. });
+                self.prepare_lease(tenant, conversation, allocation, waits).await?;
+                if revalidated {
+                    // Redis lost state under this conversation: the revalidation restored the
+                    // commits of its recent records in the sender's slot, so the key is claimed
+                    // again, and a restored commit of this send answers it (no second seq).
+                    continue 'claim;
+                }
+            }
+        }
+    }
 
+    /// (1): the key's claim for `value`, with the recovery entry `member` (scored at
+    /// `created_at`), which must be confirmed before the commit can exist.
+    async fn claim_key(
+        &self,
+        key: &CommitKey,
+        value: &str,
+        member: &str,
+        created_at: UnixMillis,
+    ) -> StoreResult<Claimed> {
         let mut batch = Batch::default();
-        batch.script(&scripts::CLAIM, &[&claim, &self.keys.commit(key)]).arg(&value).arg(CLAIM_MILLIS);
-        batch.command("ZADD").arg(self.keys.recovery(aux_shard(&member))).arg(created_at.0).arg(&member);
+        batch
+            .script(&scripts::CLAIM, &[&self.keys.sender_claim(key), &self.keys.commit(key)])
+            .arg(value)
+            .arg(CLAIM_MILLIS);
+        batch.command("ZADD").arg(self.keys.recovery(aux_shard(member))).arg(created_at.0).arg(member);
         let [claimed, listed] = exactly(run(&self.con, "claiming a request key", batch).await?)?;
         let claimed = answered("claiming a request key", claimed)?;
-        let (outcome, _) = status("message_claim", &Described(key), claimed)?;
-        let ours = match outcome.as_str() {
-            "ok" => true,
-            "same" => false,
-            "legacy" => {
-                self.give_up_orphan(&member).await;
-                return self.reserve_in_sender_slot(request, proposed_id, members, record).await;
-            }
-            "other" => {
-                self.give_up_orphan(&member).await;
-                return Err(conflict(key, "the key is claimed by different content or another conversation"));
-            }
+        let claimed = match status("message_claim", &Described(key), claimed)?.0.as_str() {
+            "ok" => Claimed::Ours,
+            "same" => Claimed::Same,
+            "legacy" => return Ok(Claimed::Legacy),
+            "other" => return Ok(Claimed::Other),
             other => {
                 return Err(StoreError::InvariantViolation(format!(
                     "message_claim: unexpected script status {other:?}"
                 )))
             }
         };
-        // No commit may exist without its recovery entry: stop here (the claim stays for a retry).
+        // No commit without its recovery entry: stop here (the claim stays for a retry).
         answered("writing the recovery index", listed)?;
+        Ok(claimed)
+    }
 
-        let (tenant, mut check_sender) = (key.tenant, members.is_some());
-        let (mut waits, mut prepares, mut restamps) = (0u32, 0u32, 0u32);
-        loop {
-            let state = if record { CommitState::Recorded } else { CommitState::Reserved };
-            let intent = CommitIntent {
-                request: request.clone(),
-                seq: ConversationSeq(0),
-                message_id: proposed_id,
-                created_at,
-                publication: None,
-            };
-            let template = Commit { intent, state, committed_at: None };
-            let mut batch = Batch::default();
-            self.append(&mut batch, &template, &request_bytes, record, check_sender);
-            let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
-            let reply = answered("reserving a commit", reply)?;
-            let (outcome, rest) = status("message_append", &Described(key), reply.clone())?;
-            match outcome.as_str() {
-                "exists" => {
-                    let (Some(req), Some(head)) = (rest.first().and_then(bytes), rest.get(1).and_then(bytes)) else {
-                        return Err(StoreError::InvariantViolation(
-                            "message_append: 'exists' without request and commit".to_owned(),
-                        ));
-                    };
-                    if req != request_bytes.as_slice() {
-                        self.give_up_orphan(&member).await;
-                        return Err(conflict(key, "the same key was reserved for different content"));
-                    }
-                    let first = decode_stored(key, loc, req.to_vec(), head.to_vec())?;
-                    if first.commit.intent.message_id != proposed_id {
-                        self.give_up_orphan(&member).await;
-                    }
-                    if first.commit.state == CommitState::Committed {
-                        return Ok(first.commit);
-                    }
-                    self.inflight.remember(first.commit.clone(), loc, false);
-                    if record && first.commit.state == CommitState::Reserved {
-                        return match self.record(key, first.commit.clone(), Some(loc)).await {
-                            Err(StoreError::Conflict(_)) => Ok(first.commit),
-                            recorded => recorded,
-                        };
-                    }
-                    return Ok(first.commit);
-                }
-                "restamp" => {
-                    let clock = rest.first().and_then(bytes).and_then(|b| std::str::from_utf8(b).ok());
-                    let Some(clock) = clock.and_then(|c| c.parse().ok()) else {
-                        return Err(StoreError::InvariantViolation("message_append: 'restamp' without a clock".into()));
-                    };
-                    restamps += 1;
-                    if restamps > MAX_RESTAMPS {
-                        return Err(StoreError::Unavailable {
-                            message: format!("conversation {conversation}: its clock kept moving under this send"),
-                            source: None,
-                        });
-                    }
-                    self.stamps.observe(crate::ids::UnixMillis(clock));
-                    created_at = self.stamps.stamp();
-                    continue;
-                }
-                _ => {}
-            }
-            let allocation = self.allocation(conversation, Ok(reply))?;
-            match (&allocation, members) {
-                (Allocation::NotMember, _) => {
-                    self.refused(&member, ours.then_some((&claim, &value))).await;
-                    return Err(super::reserve::not_a_member(request));
-                }
-                (Allocation::MembersUnknown, Some(members)) => {
-                    if let Err(e) = members.authorize_history(tenant, conversation, key.sender).await {
-                        self.refused(&member, ours.then_some((&claim, &value))).await;
-                        return Err(e);
-                    }
-                    check_sender = false;
-                    continue;
-                }
-                _ => {}
-            }
-            if let Allocation::Issued { seq, lease, renew, created_at: at } = allocation {
-                self.stamps.observe(at);
-                if renew {
-                    self.renew_soon(tenant, conversation, lease);
-                }
-                let mut commit = template;
-                commit.intent.seq = seq;
-                self.inflight.remember(commit.clone(), loc, false);
-                return Ok(commit);
-            }
-            let exhausted = if matches!(allocation, Allocation::Wait) {
-                waits += 1;
-                (waits > lease::MAX_WAITS).then_some("another caller is still revalidating its seq lease")
-            } else {
-                prepares += 1;
-                (prepares > lease::MAX_PREPARES).then_some("its seq lease kept changing under this send")
-            };
-            if let Some(why) = exhausted {
-                return Err(StoreError::Unavailable {
-                    message: format!("conversation {conversation}: {why}"),
-                    source: None,
-                });
-            }
-            self.prepare_lease(tenant, conversation, allocation, waits).await?;
+    /// The answer to a reservation that found the key's commit (`rest`: the stored request and
+    /// head): other bytes are `Conflict`; the same bytes get the stored commit, recorded first
+    /// when `record` asks for it and it is RESERVED. Our recovery entry goes unless it is the
+    /// commit's own.
+    async fn replayed(
+        &self,
+        request: &CommitRequest,
+        request_bytes: &[u8],
+        member: &str,
+        proposed_id: MessageId,
+        rest: &[redis::Value],
+        record: bool,
+    ) -> StoreResult<Commit> {
+        let key = &request.key;
+        let (Some(req), Some(head)) = (rest.first().and_then(bytes), rest.get(1).and_then(bytes)) else {
+            return Err(StoreError::InvariantViolation("message_append: 'exists' without request and commit".into()));
+        };
+        if req != request_bytes {
+            self.give_up_orphan(member).await;
+            return Err(conflict(key, "the same key was reserved for different content"));
+        }
+        let loc = Loc::Conversation(request.conversation);
+        let first = decode_stored(key, loc, req.to_vec(), head.to_vec())?.commit;
+        if first.intent.message_id != proposed_id {
+            self.give_up_orphan(member).await;
+        }
+        if first.state == CommitState::Committed {
+            return Ok(first);
+        }
+        self.inflight.remember(first.clone(), loc, false);
+        if !record || first.state != CommitState::Reserved {
+            return Ok(first);
+        }
+        match self.record(key, first.clone(), Some(loc)).await {
+            Err(StoreError::Conflict(_)) => Ok(first),
+            recorded => recorded,
         }
     }
 
@@ -218,7 +273,7 @@ impl RedisMessageStore {
 
     /// Best effort, after a refused send: its recovery entry goes, and its claim when this
     /// attempt took it (`Some((claim, value))`), so nothing of it stays.
-    async fn refused(&self, member: &str, claim: Option<(&String, &String)>) {
+    async fn refused(&self, member: &str, claim: Option<&(String, String)>) {
         self.give_up_orphan(member).await;
         if let Some((claim, value)) = claim {
             let mut release = scripts::CLAIM_RELEASE.key(claim);
