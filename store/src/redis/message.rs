@@ -72,11 +72,17 @@
 //!   | the sender's slot lost | conversation-slot commits intact | same bytes: a new claim, then `exists` (a replay); another conversation is not refused any more |
 //!
 //!   The auxiliary GC releases a conversation-slot commit's claim (compare-and-delete) before
-//!   it deletes the commit: deleted after it, the claim could be a retry's new one. Not yet for
-//!   production: a lease revalidation restores recent commits in the sender's slot (a key whose
-//!   commit is restored there takes that layout's path, so nothing is reissued), and a store of
-//!   the default layout does not yet honour a claim (a fleet must not mix layouts in one
-//!   namespace).
+//!   it deletes the commit: deleted after it, the claim could be a retry's new one. A lease
+//!   revalidation restores the commits of recent records in the sender's slot; a reservation
+//!   that revalidated claims its key again, so a restored commit of the same send answers it
+//!   (the claim script defers to a sender-slot commit) and no second seq is issued.
+//!
+//!   Both layouts share keys safely, in one namespace (a fleet mid-upgrade): the claim script
+//!   answers `legacy` when a sender-slot commit holds the key, and `message_reserve.lua` answers
+//!   `moved` when a claim holds it without one (the sender-slot reservation then takes the
+//!   group-commit path, its freshly issued seq left a hole); both run in the sender's slot, so
+//!   exactly one layout wins each key. Not yet the default: the writer's crash tests and the
+//!   fault suite run on the sender-slot layout.
 //!
 //! Ids are 32 lowercase hex digits. Blobs are the canonical encodings of [`crate::codec`],
 //! stored as they are; idempotency compares them byte for byte. Seqs stay below 2^53 so that
@@ -129,7 +135,8 @@
 //!   after Redis lost state, or being revalidated) is followed by what its lease needs (see
 //!   [`lease`]) and the step starts again. (2) `message_reserve.lua` creates the commit if the
 //!   key is free; otherwise it writes nothing and returns the stored request and commit: same
-//!   bytes → that commit (a replay, or a racing reserver that won), other bytes → `Conflict`.
+//!   bytes → that commit (a replay, or a racing reserver that won), other bytes → `Conflict`; a
+//!   key the group-commit layout claimed is `moved` there (see "Commit layouts").
 //!   The stored commit carries the claimed seq unless the claim was lost with Redis state:
 //!   then the new seq stays a hole (`qim_store_seq_abandoned_total`) and the claim is pointed
 //!   at the stored seq. Our recovery entry goes unless it is the stored commit's own (same key

@@ -241,3 +241,31 @@ async fn a_send_published_before_redis_lost_it_is_answered_from_the_topic_not_re
     let next = store.reserve_and_record(&next, fresh_message_id(), &members).await.unwrap();
     assert!(next.intent.seq > committed.intent.seq, "seq {} is above every published one", next.intent.seq.0);
 }
+
+/// Stores of both layouts on one namespace (a fleet mid-upgrade): whichever reserves a key
+/// first decides its layout, and the other store's reservation of that key is a replay (same
+/// seq and message id) or, with other bytes, a `Conflict`; each drives the other's commits.
+#[tokio::test]
+async fn stores_of_both_layouts_share_keys_whichever_reserves_first() {
+    use qim_store::redis::CommitLayout;
+
+    let redis = PrivateRedis::start();
+    let v1 = open(&redis, 30, clock()).await;
+    let v2 = open(&redis, 30, clock()).await.with_commit_layout(CommitLayout::InConversationSlot);
+    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
+    for (first, second, id) in [(&v2, &v1, "v2-first"), (&v1, &v2, "v1-first")] {
+        let req = request(tenant, user(1), id, conversation, b"one message");
+        let reserved = first.reserve(&req, fresh_message_id()).await.unwrap();
+        let again = second.reserve(&req, fresh_message_id()).await.unwrap();
+        assert_eq!(again, reserved, "{id}: the other layout's store replays it");
+        let other = request(tenant, user(1), id, conversation, b"other bytes");
+        let refused = second.reserve(&other, fresh_message_id()).await.unwrap_err();
+        assert_eq!(refused.kind(), qim_store::ErrorKind::Conflict, "{id}");
+        let recorded = second.put_record(&reserved.intent).await.unwrap();
+        assert_eq!(recorded.state, CommitState::Recorded, "{id}: driven by the other store");
+        let publication = Publication { partition: 0, offset: 1 };
+        let id_ = reserved.intent.message_id;
+        let committed = second.mark_outbox_published_and_committed(&req.key, id_, publication).await.unwrap();
+        assert_eq!(first.load_commit(&req.key).await.unwrap(), Some(committed), "{id}");
+    }
+}

@@ -120,7 +120,8 @@ impl RedisMessageStore {
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
         // (2) The commit, if the key is still free.
         let mut batch = Batch::default();
-        batch.script(&scripts::RESERVE, &[&self.keys.commit(key)]).arg(&request_bytes).arg(encode_commit_head(&commit));
+        let [hash, claim] = [self.keys.commit(key), self.keys.sender_claim(key)];
+        batch.script(&scripts::RESERVE, &[&hash, &claim]).arg(&request_bytes).arg(encode_commit_head(&commit));
         let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
         let reply = answered("reserving a commit", reply)?;
         let (outcome, rest) = status("message_reserve", &Described(key), reply)?;
@@ -128,6 +129,14 @@ impl RedisMessageStore {
             "ok" => {
                 self.inflight.remember(commit.clone(), Loc::Sender, false);
                 Ok(commit)
+            }
+            "moved" => {
+                // A store of the group-commit layout claimed the key: its commit (if any yet) is
+                // in the conversation's slot, and that layout's reservation decides. The seq just
+                // issued stays a hole.
+                metrics::counter!(crate::metrics::SEQ_ABANDONED).increment(1);
+                self.give_up_orphan(&member).await;
+                Box::pin(self.reserve_in_conversation(request, proposed_id, members, false)).await
             }
             "exists" => {
                 // The key was taken (a replay, a racing reserver, another request): nothing was
