@@ -54,7 +54,8 @@ pub async fn open(config: &WriterConfig, startup: &Startup) -> anyhow::Result<St
                         .with_context(|| format!("opening the redis store at {}", redis.url))
                 })
                 .await?
-                .with_seq_leases(leases);
+                .with_seq_leases(leases)
+                .with_commit_layout(config.commit_layout);
             let tiered = TieredMessageStore::new(hot.clone(), archive.clone(), config.hot_window_days, clock)
                 .context("combining the hot tier and the archive")?;
             let members: Arc<dyn MembershipStore> = Arc::new(TieredMembershipStore::new(

@@ -10,7 +10,7 @@ use qim_runtime::env::{
     whole, ArchiverGroupArgs, AuthArgs, CommonArgs, Environment, KafkaArgs, StoreArgs, StoreBackend, Whole,
 };
 use qim_store::message::MAX_PAYLOAD_BYTES;
-use qim_store::redis::RedisConfig;
+use qim_store::redis::{CommitLayout, RedisConfig};
 use qim_store::retention::RetentionPolicy;
 use qim_store::scylla::ScyllaConfig;
 
@@ -60,6 +60,27 @@ pub struct WriterArgs {
     /// Compression of the writer's Kafka batches (`compression.type`): `none`, `gzip`, `snappy` or `lz4`.
     #[arg(long, verbatim_doc_comment, env = "QIM_WRITER_KAFKA_COMPRESSION", default_value = "lz4", value_enum)]
     writer_kafka_compression: Compression,
+    /// Where the Redis backend creates new sends' commits: `sender` (the sender's slot, five round trips per send) or `conversation` (the group-commit layout, three; not yet the default). Either reads both, so a fleet may mix them.
+    #[arg(long, verbatim_doc_comment, env = "QIM_REDIS_COMMIT_LAYOUT", default_value = "sender", value_enum)]
+    redis_commit_layout: CommitLayoutArg,
+}
+
+/// The values of `QIM_REDIS_COMMIT_LAYOUT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum CommitLayoutArg {
+    /// [`CommitLayout::InSenderSlot`].
+    Sender,
+    /// [`CommitLayout::InConversationSlot`].
+    Conversation,
+}
+
+impl From<CommitLayoutArg> for CommitLayout {
+    fn from(arg: CommitLayoutArg) -> Self {
+        match arg {
+            CommitLayoutArg::Sender => CommitLayout::InSenderSlot,
+            CommitLayoutArg::Conversation => CommitLayout::InConversationSlot,
+        }
+    }
 }
 
 /// Where the writer keeps commit state and history.
@@ -102,6 +123,8 @@ pub struct WriterConfig {
     pub archiver_group: String,
     /// Seqs per durable lease (Redis backend).
     pub seq_lease_block: u64,
+    /// Where the Redis backend creates new sends' commits.
+    pub commit_layout: CommitLayout,
     /// History retention.
     pub policy: RetentionPolicy,
     /// Days the hot tier keeps archived history.
@@ -144,6 +167,7 @@ impl Environment for WriterEnv {
             messages_topic: self.kafka.messages_topic.clone(),
             archiver_group: self.archiver_group.archiver_group.clone(),
             seq_lease_block: w.seq_lease_block.get(),
+            commit_layout: w.redis_commit_layout.into(),
             policy: self.store.default_history_retention_days,
             hot_window_days: self.store.hot_window_days.get() as u32,
             http_addr: w.writer_http_addr,

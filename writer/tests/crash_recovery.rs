@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use qim_store::clock::SystemClock;
 use qim_store::ids::{ClientMessageId, ConversationId, TenantId, UserId};
 use qim_store::message::{Commit, CommitKey, CommitState};
-use qim_store::redis::RedisMessageStore;
+use qim_store::redis::{CommitLayout, RedisMessageStore};
 use qim_store::scylla::ScyllaMessageStore;
 use qim_store::testsuite::scylla_keyspace::shared_test_keyspace;
 use qim_store::MessageStore;
@@ -31,10 +31,11 @@ use support::{create_topic, fresh, read_topic, send_body, spawn_writer, wait_rea
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 macro_rules! boundaries {
-    ($($name:ident: $kind:ident, $failpoint:literal, $left:ident;)*) => {$(
+    ($($name:ident: $kind:ident $(in $layout:ident)?, $failpoint:literal, $left:ident;)*) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            crash_in_process(Kind::$kind, $failpoint, CommitState::$left).await;
+            let layout = None $(.or(Some(CommitLayout::$layout)))?;
+            crash_in_process(Kind::$kind, layout.unwrap_or_default(), $failpoint, CommitState::$left).await;
         }
     )*};
 }
@@ -44,6 +45,11 @@ boundaries! {
     redis_crash_after_record: Redis, "writer::after_record", Recorded;
     redis_crash_after_publish_before_outbox: Redis, "writer::after_publish", Recorded;
     redis_crash_after_outbox: Redis, "writer::after_outbox", Outboxed;
+    redis_group_commit_layout_crash_after_reserve: Redis in InConversationSlot, "writer::after_reserve", Reserved;
+    redis_group_commit_layout_crash_after_record: Redis in InConversationSlot, "writer::after_record", Recorded;
+    redis_group_commit_layout_crash_after_publish_before_outbox:
+        Redis in InConversationSlot, "writer::after_publish", Recorded;
+    redis_group_commit_layout_crash_after_outbox: Redis in InConversationSlot, "writer::after_outbox", Outboxed;
     scylla_crash_after_reserve: Scylla, "writer::after_reserve", Reserved;
     scylla_crash_after_record: Scylla, "writer::after_record", Recorded;
     scylla_crash_after_publish_before_outbox: Scylla, "writer::after_publish", Recorded;
@@ -59,6 +65,21 @@ async fn observer(config: &WriterConfig) -> Arc<dyn MessageStore> {
         Backend::Scylla(s) => {
             Arc::new(ScyllaMessageStore::connect(s, config.policy, Arc::new(SystemClock)).await.unwrap())
         }
+    }
+}
+
+/// Which layout's hash holds the case's commit.
+async fn commit_slot(config: &qim_store::redis::RedisConfig, c: &Case) -> CommitLayout {
+    let store = RedisMessageStore::open(config, Default::default(), Arc::new(SystemClock)).await.unwrap();
+    let [in_conversation, _claim] = store.group_commit_keys(&c.key, c.conversation);
+    let client = redis::Client::open(config.url.as_str()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let (sender, conversation): (bool, bool) =
+        redis::pipe().exists(store.commit_key(&c.key)).exists(&in_conversation).query_async(&mut con).await.unwrap();
+    match (sender, conversation) {
+        (true, false) => CommitLayout::InSenderSlot,
+        (false, true) => CommitLayout::InConversationSlot,
+        other => panic!("the commit is in neither or both slots: {other:?}"),
     }
 }
 
@@ -107,10 +128,11 @@ async fn check_outcome(w: &Client, c: &Case, recovered: &Commit, topic: &str) {
     }
 }
 
-async fn crash_in_process(kind: Kind, failpoint: &str, left_in: CommitState) {
+async fn crash_in_process(kind: Kind, layout: CommitLayout, failpoint: &str, left_in: CommitState) {
     let _serial = ONE_AT_A_TIME.lock().await;
     let topic = create_topic().await;
     let mut config = support::config(kind, &topic).await;
+    config.commit_layout = layout;
     if let Backend::Scylla(shared) = &config.backend {
         config.backend = Backend::Scylla(shared_test_keyspace("writer_crash_recovery", shared).await);
     }
@@ -129,6 +151,9 @@ async fn crash_in_process(kind: Kind, failpoint: &str, left_in: CommitState) {
     let store = observer(&config).await;
     let stopped = store.load_commit(&c.key).await.unwrap().expect("the reserve is durable");
     assert_eq!(stopped.state, left_in, "where the crash left the commit");
+    if let Backend::Redis { redis, .. } = &config.backend {
+        assert_eq!(commit_slot(redis, &c).await, layout, "the writer created the commit in its layout");
+    }
     let w = TestWriter::start(config).await;
     let recovered = committed_by_recovery(store.as_ref(), &c.key).await;
     assert_eq!((recovered.intent.seq, recovered.intent.message_id), (stopped.intent.seq, stopped.intent.message_id));

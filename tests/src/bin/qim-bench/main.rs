@@ -94,10 +94,11 @@ pub struct Args {
     /// Which backends the dispatcher benchmark runs on: `redis`, `scylla` or `both`.
     #[arg(long, default_value = "both", value_parser = ["redis", "scylla", "both"])]
     pub backend: String,
-    /// Where `qim-bench redis` creates its commits: `sender` (the sender's slot, the default
-    /// layout) or `conversation` (the group-commit layout, the conversation's slot).
-    #[arg(long, default_value = "sender", value_parser = ["sender", "conversation"])]
-    pub commit_layout: String,
+    /// Where the Redis store creates commits in the `redis`, `writer` and `restart` benchmarks
+    /// (the writer's `QIM_REDIS_COMMIT_LAYOUT`): `sender` (the sender's slot, the default) or
+    /// `conversation` (the group-commit layout).
+    #[arg(long, value_enum, default_value = "sender")]
+    pub commit_layout: qim_writer::config::CommitLayoutArg,
     /// Members per conversation in the dispatcher benchmark (0: one run with 5000, one with 500).
     #[arg(long, default_value_t = 0)]
     pub members: u64,
@@ -137,6 +138,11 @@ impl Args {
             linger: self.linger_ms.map_or(default.linger, Duration::from_millis),
             compression: self.compression.unwrap_or(default.compression),
         }
+    }
+
+    /// The store's commit layout (`--commit-layout`).
+    pub fn commit_layout(&self) -> qim_store::redis::CommitLayout {
+        self.commit_layout.into()
     }
 
     /// `redis cluster` or `redis single node`, for the printed figures.

@@ -230,10 +230,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     // benchmark's path raises them in the archive, once per lease block).
     let marks = Arc::new(qim_store::memory::MemorySeqHighWater::new());
     let store = RedisMessageStore::open(&config, policy, Arc::new(SystemClock)).await?;
-    let layout = match args.commit_layout.as_str() {
-        "conversation" => CommitLayout::InConversationSlot,
-        _ => CommitLayout::InSenderSlot,
-    };
+    let layout = args.commit_layout();
     let store = Arc::new(store.with_seq_leases(qim_store::redis::SeqLeases::new(marks)).with_commit_layout(layout));
     let tenant = TenantId([9; 16]);
     fill_member_caches(&config, tenant, args.conversations).await?;
@@ -266,7 +263,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         "redis commit path: {} commits, commits in the {} slot, concurrency {}, {} conversations, {}-byte payloads, \
          {ROUNDS} interleaved rounds, {} (Redis CPU over {} servers)",
         per_round * ROUNDS,
-        args.commit_layout,
+        if layout == CommitLayout::InSenderSlot { "sender" } else { "conversation" },
         args.concurrency,
         args.conversations,
         args.payload,
@@ -283,7 +280,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     println!("  CPU per op (client + redis) store/raw: {cost_ratio:.2}×");
     Ok(serde_json::json!({
         "count": per_round * ROUNDS, "concurrency": args.concurrency, "rounds": ROUNDS,
-        "topology": args.topology(), "redis_servers": redis_cpu.servers(), "commit_layout": args.commit_layout,
+        "topology": args.topology(), "redis_servers": redis_cpu.servers(), "commit_layout": format!("{layout:?}"),
         "raw_per_second": raw.per_second(), "store_per_second": through_store.per_second(), "ratio": ratio,
         "store_p50_ms": through_store.p50(), "store_p99_ms": through_store.p99(),
         "raw_client_cpu_us": raw.micros_per_op(raw.client_cpu), "raw_redis_cpu_us": raw.micros_per_op(raw.redis_cpu),

@@ -254,6 +254,7 @@ pub fn writer_config(
     topic: &str,
     archiver_group: &str,
     producer: ProducerTuning,
+    commit_layout: qim_store::redis::CommitLayout,
 ) -> anyhow::Result<WriterConfig> {
     Ok(WriterConfig {
         backend: Backend::Redis { redis, archive },
@@ -262,6 +263,7 @@ pub fn writer_config(
         messages_topic: topic.to_owned(),
         archiver_group: archiver_group.to_owned(),
         seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
+        commit_layout,
         policy: RetentionPolicy::with_default_days(30)?,
         hot_window_days: 7,
         http_addr: "127.0.0.1:0".parse()?,
@@ -292,8 +294,15 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let session = open_session(&archive).await.context("connecting to cassandra (is the stack up?)")?;
     migrate(&session, &archive).await?;
     let redis = RedisConfig { url: args.redis_url(), namespace: namespace.clone() };
-    let config =
-        writer_config(redis, archive.clone(), &brokers, &topic, &format!("{topic}.archiver"), args.producer())?;
+    let config = writer_config(
+        redis,
+        archive.clone(),
+        &brokers,
+        &topic,
+        &format!("{topic}.archiver"),
+        args.producer(),
+        args.commit_layout(),
+    )?;
     let shutdown = CancellationToken::new();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;
     let url = format!("http://{}/v1/messages", writer.addr);
