@@ -203,8 +203,11 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         ScyllaConfig { hosts, keyspace: format!("qim_bench_archiver_{id}"), local_dc: dc, replication_factor: 1 };
     let session = open_session(&scylla).await?;
     migrate(&session, &scylla).await.context("creating the benchmark keyspace")?;
-    let (topic, dlq, namespace) =
-        (format!("qim.bench.archiver.{id}"), format!("qim.bench.archiver.dlq.{id}"), format!("qimbencha{id}"));
+    let (topic, dlq, namespace) = (
+        format!("qim.bench.archiver.{id}"),
+        format!("qim.bench.archiver.dlq.{id}"),
+        qim_testkit::stack::unique_name("qimbencha"),
+    );
     qim_testkit::kafka::create_topics_with(
         ClientConfig::new().set("bootstrap.servers", &brokers),
         &[(&topic, PARTITIONS), (&dlq, 1)],

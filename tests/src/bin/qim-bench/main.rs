@@ -214,6 +214,8 @@ async fn main() -> anyhow::Result<()> {
     if args.count < args.concurrency as u64 {
         bail!("need --count ≥ --concurrency");
     }
+    // Runs that failed or were killed left their namespaces: every AOF rewrite copies them.
+    qim_testkit::redis::sweep_leftover_namespaces(&args.redis_url(), qim_testkit::stack::MIN_AGE).await;
     let figures = match bench {
         Bench::Redis => redis::run(&args).await?,
         Bench::Scylla => scylla::run(&args).await?,

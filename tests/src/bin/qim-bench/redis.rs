@@ -22,6 +22,7 @@ use qim_store::redis::{CommitLayout, RedisConfig, RedisMembershipCache, RedisMes
 use qim_store::retention::{RetentionClass, RetentionPolicy};
 use qim_store::{HistoryAuthorizer, MessageStore, StoreResult};
 use qim_testkit::redis::wipe_namespace;
+use qim_testkit::stack::unique_name;
 
 use super::{drive, ms, Args, Measurement};
 
@@ -222,7 +223,7 @@ async fn costed<F: std::future::Future<Output = anyhow::Result<Measurement>>>(
 
 /// Runs both paths and prints the comparison.
 pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
-    let namespace = format!("qimbench{}", std::process::id());
+    let namespace = unique_name("qimbench");
     let url = args.redis_url();
     let config = RedisConfig { url: url.clone(), namespace: namespace.clone() };
     let policy = RetentionPolicy::with_default_days(30)?;
@@ -238,7 +239,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     store_path(Arc::clone(&store), &warm, tenant, 10_000_000).await?;
     let conn = qim_store::redis::connect(&config).await?;
     let mut redis_cpu = super::redis_server::RedisServers::connect(&url).await?;
-    raw_path(conn.clone(), &warm, &format!("{namespace}w")).await?;
+    let warm_ns = unique_name("qimbenchwarm");
+    raw_path(conn.clone(), &warm, &warm_ns).await?;
 
     let per_round = (args.count / ROUNDS).max(args.concurrency as u64);
     let round = Args { count: per_round, ..args.clone() };
@@ -254,7 +256,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     }
     drop(conn);
     wipe_namespace(&url, &namespace).await?;
-    wipe_namespace(&url, &format!("{namespace}w")).await?;
+    wipe_namespace(&url, &warm_ns).await?;
 
     let ratio = through_store.per_second() / raw.per_second();
     let cost = |t: &Totals| t.micros_per_op(t.client_cpu + t.redis_cpu);

@@ -62,8 +62,11 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let brokers = std::env::var("QIM_BENCH_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
     let id = std::process::id();
     let policy = RetentionPolicy::with_default_days(30)?;
-    let (topic, group, namespace) =
-        (format!("qim.bench.restart.{id}"), format!("qim-bench-restart-archiver-{id}"), format!("qimbenchr{id}"));
+    let (topic, group, namespace) = (
+        format!("qim.bench.restart.{id}"),
+        format!("qim-bench-restart-archiver-{id}"),
+        qim_testkit::stack::unique_name("qimbenchr"),
+    );
     let scylla = ScyllaConfig {
         hosts: args.scylla_hosts.split(',').map(str::to_owned).collect(),
         keyspace: format!("qim_bench_restart_{id}"),

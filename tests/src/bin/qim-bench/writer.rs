@@ -147,11 +147,20 @@ pub async fn raw_loop(
     .await
 }
 
+/// This run's tenant: its conversations are new to the archive's seq high-water marks, which
+/// outlive runs in the shared keyspace (a conversation marked by an earlier run would have every
+/// first send revalidate its lease by reading the topic's tail back).
+fn bench_tenant() -> TenantId {
+    let mut id = [9; 16];
+    id[12..].copy_from_slice(&std::process::id().to_be_bytes());
+    TenantId(id)
+}
+
 fn send_body(n: u64, conversations: usize, payload: &str) -> serde_json::Value {
     let mut conversation = [0u8; 16];
     conversation[12..].copy_from_slice(&((n % conversations as u64) as u32).to_be_bytes());
     serde_json::json!({
-        "tenant": TenantId([9; 16]).to_hex(), "conversation": ConversationId(conversation).to_hex(),
+        "tenant": bench_tenant().to_hex(), "conversation": ConversationId(conversation).to_hex(),
         "sender": UserId([7; 16]).to_hex(),
         "client_message_id": format!("bench-{n}"), "body": payload,
     })
@@ -164,7 +173,7 @@ async fn join_sender(base: &str, conversations: usize) -> anyhow::Result<()> {
     let http = reqwest::Client::new();
     for n in 0..conversations as u64 {
         let conversation = send_body(n, conversations, "")["conversation"].as_str().unwrap_or_default().to_owned();
-        let url = format!("{base}/v1/tenants/{}/conversations/{conversation}/members/add", TenantId([9; 16]).to_hex());
+        let url = format!("{base}/v1/tenants/{}/conversations/{conversation}/members/add", bench_tenant().to_hex());
         let r = http.post(url).json(&serde_json::json!({ "users": [UserId([7; 16]).to_hex()] })).send().await?;
         anyhow::ensure!(r.status() == 200, "adding the sender answered {}", r.status());
     }
@@ -173,7 +182,9 @@ async fn join_sender(base: &str, conversations: usize) -> anyhow::Result<()> {
 
 async fn send(http: &reqwest::Client, url: &str, body: &serde_json::Value) -> anyhow::Result<()> {
     let r = http.post(url).json(body).send().await?;
-    anyhow::ensure!(r.status() == 200, "the writer answered {}: {}", r.status(), r.text().await.unwrap_or_default());
+    // The body is read whole either way: a connection is reused only once its response was.
+    let (status, text) = (r.status(), r.text().await?);
+    anyhow::ensure!(status == 200, "the writer answered {status}: {text}");
     Ok(())
 }
 
@@ -188,20 +199,29 @@ async fn http_sends(args: &Args, url: &str, first: u64) -> anyhow::Result<Measur
     .await
 }
 
-/// Starts a send every `1/rate` seconds for [`PACED_FOR`]; latency of each.
+/// Sends in flight at most in the paced phase: a stall of the machine (an AOF rewrite's fork,
+/// a JVM pause) would otherwise pile up a connection per due send until the process runs out
+/// of file descriptors. A send that waits for a slot still counts from when it was due.
+const PACED_IN_FLIGHT: usize = 1024;
+
+/// Starts a send every `1/rate` seconds for [`PACED_FOR`]; latency of each from when it was due.
 async fn writer_paced(args: &Args, url: &str, rate: f64, first: u64) -> anyhow::Result<Measurement> {
     let http = reqwest::Client::new();
     let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
     let total = (PACED_FOR.as_secs_f64() * rate) as u64;
     let start = Instant::now();
+    let slots = Arc::new(tokio::sync::Semaphore::new(PACED_IN_FLIGHT));
     let mut tasks = Vec::with_capacity(total as usize);
     for i in 0..total {
-        tokio::time::sleep_until((start + interval.mul_f64(i as f64)).into()).await;
+        let due = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(due.into()).await;
+        let slot = Arc::clone(&slots).acquire_owned().await?;
         let (http, url, body) =
             (http.clone(), url.to_owned(), send_body(first + i, args.conversations, &"x".repeat(args.payload)));
         tasks.push(tokio::spawn(async move {
-            let began = Instant::now();
-            send(&http, &url, &body).await.map(|()| began.elapsed())
+            let sent = send(&http, &url, &body).await.map(|()| due.elapsed());
+            drop(slot);
+            sent
         }));
     }
     let mut latencies = Vec::with_capacity(tasks.len());
@@ -282,7 +302,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     anyhow::ensure!(args.count < WARM_UP_FIRST / 2, "--count must stay below {}", WARM_UP_FIRST / 2);
     let brokers = std::env::var("QIM_BENCH_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned());
     let id = std::process::id();
-    let (topic, namespace) = (format!("qim.bench.writer.{id}"), format!("qimbenchw{id}"));
+    let (topic, namespace) = (format!("qim.bench.writer.{id}"), qim_testkit::stack::unique_name("qimbenchw"));
     create_topic(&brokers, &topic).await.context("creating the benchmark topic (is the stack up?)")?;
     // The writer reads older history from the archive: a migrated single-node keyspace.
     let archive = ScyllaConfig {
@@ -308,7 +328,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let url = format!("http://{}/v1/messages", writer.addr);
     join_sender(&format!("http://{}", writer.addr), args.conversations).await?;
     let metrics_url = format!("http://{}/metrics", writer.addr);
-    let raw_ns = format!("{namespace}raw");
+    let raw_ns = qim_testkit::stack::unique_name("qimbenchwraw");
     let raw_conn = qim_store::redis::connect(&RedisConfig { url: args.redis_url(), namespace: raw_ns.clone() }).await?;
     let raw_producer = producer(&brokers, &topic, args.producer()).await?;
     let warm = Args { count: args.concurrency as u64 * 10, ..args.clone() };
