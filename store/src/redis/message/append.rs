@@ -4,7 +4,7 @@
 //! when the send is being recorded too (`reserve_and_record`).
 
 use super::keys::{aux_member_in_conversation, aux_shard};
-use super::lease::{self, Allocation};
+use super::lease::{self, Allocation, LeaseAttempts};
 use super::scripts::{self, answered, bytes, run, status, Batch};
 use super::{claim_value, decode_stored, exactly, one, Described, Loc, RedisMessageStore, CLAIM_MILLIS};
 use crate::codec::{encode_commit_head, encode_record, encode_request, COMMIT_HEAD_SEQ_BYTES, RECORD_SEQ_BYTES};
@@ -54,7 +54,7 @@ impl RedisMessageStore {
         let value = claim_value(conversation, &request_bytes);
         let mut created_at = self.stamps.stamp();
         let (tenant, mut check_sender, mut ours) = (key.tenant, members.is_some(), false);
-        let (mut waits, mut prepares, mut restamps) = (0u32, 0u32, 0u32);
+        let (mut attempts, mut restamps) = (LeaseAttempts::default(), 0u32);
         'claim: loop {
             match self.claim_key(key, &value, &member, created_at).await? {
                 Claimed::Ours => ours = true,
@@ -135,19 +135,8 @@ impl RedisMessageStore {
                     self.inflight.remember(commit.clone(), Loc::Conversation(conversation), false);
                     return Ok(commit);
                 }
-                let exhausted = if matches!(allocation, Allocation::Wait) {
-                    waits += 1;
-                    (waits > lease::MAX_WAITS).then_some("another caller is still revalidating its seq lease")
-                } else {
-                    prepares += 1;
-                    (prepares > lease::MAX_PREPARES).then_some("its seq lease kept changing under this send")
-                };
-                if let Some(why) = exhausted {
-                    let message = format!("conversation {conversation}: {why}");
-                    return Err(StoreError::Unavailable { message, source: None });
-                }
                 let revalidated = matches!(allocation, Allocation::Revalidate { .. });
-                self.prepare_lease(tenant, conversation, allocation, waits).await?;
+                self.prepare_counted(&mut attempts, tenant, conversation, allocation).await?;
                 if revalidated {
                     // Redis lost state under this conversation: the revalidation restored the
                     // commits of its recent records in the sender's slot, so the key is claimed

@@ -96,11 +96,19 @@ const REVALIDATION_DEADLINE: Duration = Duration::from_secs(30);
 /// How many times one reserve waits for another caller's revalidation (20 ms, doubling up to
 /// 500 ms: about a minute; a long restore renews its token meanwhile) before it answers
 /// `Unavailable`.
-pub(super) const MAX_WAITS: u32 = 130;
+const MAX_WAITS: u32 = 130;
 
 /// How many extensions or revalidations one reserve makes before it answers `Unavailable`
 /// (each one lets the next allocation issue, unless another process raced it).
-pub(super) const MAX_PREPARES: u32 = 8;
+const MAX_PREPARES: u32 = 8;
+
+/// How often one reservation found its lease unusable: it waits at most [`MAX_WAITS`] times and
+/// prepares its lease at most [`MAX_PREPARES`] times.
+#[derive(Debug, Default)]
+pub(super) struct LeaseAttempts {
+    waits: u32,
+    prepares: u32,
+}
 
 /// How many times a revalidation moves the mark again after finding it moved by another
 /// process, before it gives up (the next send starts again).
@@ -296,6 +304,29 @@ impl RedisMessageStore {
                 Err(StoreError::InvariantViolation(format!("message_allocate_seq: unexpected script status {other:?}")))
             }
         }
+    }
+
+    /// [`Self::prepare_lease`], counted in `attempts`: `Unavailable`, preparing nothing, once
+    /// the reservation waited or prepared too often.
+    pub(super) async fn prepare_counted(
+        &self,
+        attempts: &mut LeaseAttempts,
+        tenant: TenantId,
+        conversation: ConversationId,
+        allocation: Allocation,
+    ) -> StoreResult<()> {
+        let exhausted = if matches!(allocation, Allocation::Wait) {
+            attempts.waits += 1;
+            (attempts.waits > MAX_WAITS).then_some("another caller is still revalidating its seq lease")
+        } else {
+            attempts.prepares += 1;
+            (attempts.prepares > MAX_PREPARES).then_some("its seq lease kept changing under this send")
+        };
+        if let Some(why) = exhausted {
+            let message = format!("conversation {conversation}: {why}");
+            return Err(StoreError::Unavailable { message, source: None });
+        }
+        self.prepare_lease(tenant, conversation, allocation, attempts.waits).await
     }
 
     /// Does what an allocation that issued nothing asked for, so the next one can issue (`waits`:

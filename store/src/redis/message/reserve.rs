@@ -3,7 +3,7 @@
 //! safety", and [`super::lease`]).
 
 use super::keys::{self, aux_member, aux_shard};
-use super::lease::{self, Allocation};
+use super::lease::{Allocation, LeaseAttempts};
 use super::scripts::{self, answered, bytes, run, status, Batch};
 use super::{at_least, decode_stored, one, Described, Loc, RedisMessageStore};
 use crate::codec::{decode_commit_parts, encode_commit_head, encode_request};
@@ -44,7 +44,7 @@ impl RedisMessageStore {
         let mut created_at = self.stamps.stamp();
         let mut member = aux_member(key, created_at);
         let mut stale: Option<String> = None;
-        let (mut waits, mut prepares, mut restamps) = (0u32, 0u32, 0u32);
+        let (mut attempts, mut restamps) = (LeaseAttempts::default(), 0u32);
         let mut check_sender = members.is_some();
         let seq = loop {
             let mut batch = Batch::default();
@@ -99,19 +99,7 @@ impl RedisMessageStore {
                 created_at = fixed;
                 continue;
             }
-            let exhausted = if matches!(allocation, Allocation::Wait) {
-                waits += 1;
-                (waits > lease::MAX_WAITS).then_some("another caller is still revalidating its seq lease")
-            } else {
-                prepares += 1;
-                (prepares > lease::MAX_PREPARES).then_some("its seq lease kept changing under this send")
-            };
-            if let Some(why) = exhausted {
-                let e =
-                    StoreError::Unavailable { message: format!("conversation {conversation}: {why}"), source: None };
-                return self.reserve_without_seq(request, &request_bytes, &member, e).await;
-            }
-            if let Err(e) = self.prepare_lease(tenant, conversation, allocation, waits).await {
+            if let Err(e) = self.prepare_counted(&mut attempts, tenant, conversation, allocation).await {
                 return self.reserve_without_seq(request, &request_bytes, &member, e).await;
             }
         };

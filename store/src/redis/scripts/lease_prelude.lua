@@ -57,3 +57,42 @@ local function visible_floor()
   return math.max(tonumber(top[2] or '0'), low, archived)
 end
 
+
+-- (The scripts that issue seqs, message_allocate_seq.lua and message_append.lua, whose KEYS[1..11]
+-- are the same: see message_allocate_seq.lua.) The reply refusing a send of `sender` (its 16-byte
+-- id; '' when the caller checked it) by the conversation's member cache, or nil.
+local function membership_refusal(sender)
+  if sender == '' then
+    return nil
+  end
+  if redis.call('GET', KEYS[10]) ~= serving() then
+    return {'members_unknown'}
+  end
+  if not redis.call('ZSCORE', KEYS[9], sender) then
+    return {'not_member'}
+  end
+  return nil
+end
+
+-- (The same scripts.) The seq counter, the visible floor and the end of the lease valid here; or
+-- nil, nil, nil and the reply that stops the issue: 'corrupt'; 'wait' (another caller holds the
+-- revalidation token); 'revalidate' (the caller now holds `token` for `token_millis` ms, and the
+-- claims are deleted: claims made under a lost lease may name seqs Redis no longer remembers, and
+-- the revalidation restores those of durable records).
+local function issuable(token, token_millis)
+  local counter, has_counter, bad = number(KEYS[1], 'seq counter')
+  if bad then return nil, nil, nil, bad end
+  local floor, bad_floor = visible_floor()
+  if bad_floor then return nil, nil, nil, bad_floor end
+  local through, _, bad_lease = valid_lease(KEYS[2], has_counter)
+  if bad_lease then return nil, nil, nil, bad_lease end
+  if not through then
+    if redis.call('EXISTS', KEYS[3]) == 1 then
+      return nil, nil, nil, {'wait'}
+    end
+    redis.call('SET', KEYS[3], token, 'PX', token_millis)
+    redis.call('DEL', KEYS[7], KEYS[8])
+    return nil, nil, nil, {'revalidate', string.format('%d', counter), string.format('%d', floor), token, serving()}
+  end
+  return counter, floor, through
+end

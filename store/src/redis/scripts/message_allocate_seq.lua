@@ -47,35 +47,14 @@
 --   {'members_unknown'}         the member cache is not valid in this copy of the data: the
 --                               caller asks the durable membership (which fills the cache)
 --   {'corrupt', reason}         a stored value is malformed
--- (`run`, `number`, `valid_lease` and `visible_floor` come from lease_prelude.lua.)
+-- (`run`, `membership_refusal` and `issuable` come from lease_prelude.lua.)
 -- The sender's membership first, from the cache the history reads use, so a refused send
 -- issues nothing.
-if ARGV[7] ~= '' then
-  if redis.call('GET', KEYS[10]) ~= serving() then
-    return {'members_unknown'}
-  end
-  if not redis.call('ZSCORE', KEYS[9], ARGV[7]) then
-    return {'not_member'}
-  end
-end
+local refused = membership_refusal(ARGV[7])
+if refused then return refused end
 
-local counter, has_counter, bad = number(KEYS[1], 'seq counter')
-if bad then return bad end
-local floor, bad_floor = visible_floor()
-if bad_floor then return bad_floor end
-
-local through, _, bad_lease = valid_lease(KEYS[2], has_counter)
-if bad_lease then return bad_lease end
-if not through then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
-    return {'wait'}
-  end
-  redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[5])
-  -- Claims made under a lost lease may name seqs Redis no longer remembers: the revalidation
-  -- restores the claims of durable records instead.
-  redis.call('DEL', KEYS[7], KEYS[8])
-  return {'revalidate', string.format('%d', counter), string.format('%d', floor), ARGV[4], serving()}
-end
+local counter, floor, through, stop = issuable(ARGV[4], ARGV[5])
+if stop then return stop end
 
 local now = tonumber(ARGV[2])
 local life = tonumber(ARGV[3])

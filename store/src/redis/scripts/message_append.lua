@@ -28,14 +28,8 @@
 --   {'exists', req, head}  the commit exists (a replay, a racing attempt, another request):
 --                          nothing written, whatever the lease
 --   {'restamp', clock}     the conversation's clock is ahead of ARGV[4]: nothing written
-if ARGV[8] ~= '' then
-  if redis.call('GET', KEYS[10]) ~= serving() then
-    return {'members_unknown'}
-  end
-  if not redis.call('ZSCORE', KEYS[9], ARGV[8]) then
-    return {'not_member'}
-  end
-end
+local refused = membership_refusal(ARGV[8])
+if refused then return refused end
 
 local stored = redis.call('HMGET', KEYS[12], 'req', 'commit')
 if stored[1] or stored[2] then
@@ -45,21 +39,8 @@ if stored[1] or stored[2] then
   return {'exists', stored[1], stored[2]}
 end
 
-local counter, has_counter, bad = number(KEYS[1], 'seq counter')
-if bad then return bad end
-local floor, bad_floor = visible_floor()
-if bad_floor then return bad_floor end
-
-local through, _, bad_lease = valid_lease(KEYS[2], has_counter)
-if bad_lease then return bad_lease end
-if not through then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
-    return {'wait'}
-  end
-  redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[6])
-  redis.call('DEL', KEYS[7], KEYS[8])
-  return {'revalidate', string.format('%d', counter), string.format('%d', floor), ARGV[5], serving()}
-end
+local counter, floor, through, stop = issuable(ARGV[5], ARGV[6])
+if stop then return stop end
 
 local stamp = tonumber(ARGV[4])
 local clock = redis.call('GET', KEYS[11])
