@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use futures_util::future::try_join_all;
 use qim_runtime::events::emit;
-use qim_runtime::kafka::consumer::Leases;
+use qim_runtime::kafka::consumer::{leave_group, Leases, LEAVE_TIMEOUT};
 use qim_store::retention::RetentionPolicy;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -83,7 +83,7 @@ impl ConsumerLoop {
             Ok(()) | Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset)) => {}
             Err(e) => tracing::warn!(error = %e, "committing stored offsets at shutdown failed"),
         }
-        self.consumer.unsubscribe();
+        leave_group(&self.consumer, LEAVE_TIMEOUT).await;
         result
     }
 

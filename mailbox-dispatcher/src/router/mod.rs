@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use self::route::{encode, manifests, DispatchRecord};
-use qim_runtime::kafka::consumer::{group_consumer_config, GroupContext, Leases};
+use qim_runtime::kafka::consumer::{group_consumer_config, leave_group, GroupContext, Leases, LEAVE_TIMEOUT};
 
 use crate::config::KafkaConfig;
 use crate::kafka::{dead_letter, original_headers, AckedProducer, Outgoing, Refused, SendError};
@@ -138,6 +138,7 @@ impl Router {
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "final router commit (nothing stored?)");
         }
+        leave_group(&self.consumer, LEAVE_TIMEOUT).await;
         tracing::info!("router stopped");
         Ok(())
     }

@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::pipeline::Pipeline;
 use self::steps::{Record, ShardContext};
-use qim_runtime::kafka::consumer::{group_consumer_config, GroupContext, Leases};
+use qim_runtime::kafka::consumer::{group_consumer_config, leave_group, GroupContext, Leases, LEAVE_TIMEOUT};
 
 use crate::config::DispatcherConfig;
 use crate::kafka::AckedProducer;
@@ -155,6 +155,7 @@ impl ShardWorkers {
         if let Err(e) = self.consumer.commit_consumer_state(CommitMode::Sync) {
             tracing::debug!(error = %e, "final shard commit (nothing stored?)");
         }
+        leave_group(&self.consumer, LEAVE_TIMEOUT).await;
         tracing::info!("shard workers stopped");
         Ok(())
     }

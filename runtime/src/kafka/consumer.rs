@@ -27,7 +27,7 @@ use std::time::Duration;
 use metrics::{counter, gauge};
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::statistics::Statistics;
 use rdkafka::TopicPartitionList;
@@ -54,6 +54,38 @@ pub fn group_consumer_config(brokers: &str, group: &str) -> ClientConfig {
         .set("heartbeat.interval.ms", "2000")
         .set("statistics.interval.ms", STATS_INTERVAL.as_millis().to_string());
     config
+}
+
+/// How long a stopping consumer keeps serving its group after leaving it ([`leave_group`]).
+pub const LEAVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Polls a consumer leaving its group gets at least: a rebalance that began before the
+/// unsubscribe may be served only then.
+const LEAVE_POLLS: u32 = 3;
+
+/// Leaves the group before the consumer is dropped: unsubscribes, then polls (dropping what it
+/// receives: none of it is stored, so the next owner reads it) until nothing is assigned, at
+/// least [`LEAVE_POLLS`] times, for at most `within`. The revocation this serves commits what
+/// was stored, as every revocation does.
+///
+/// A consumer dropped while an incremental (cooperative) assignment is in progress aborts the
+/// process inside librdkafka (`rd_kafka_cgrp_terminated: assert:
+/// !rd_kafka_assignment_in_progress`, librdkafka issue 4792). A stopping service no longer polls,
+/// so a rebalance that began while it drained would still be in progress when it dropped the
+/// consumer.
+pub async fn leave_group(consumer: &StreamConsumer<GroupContext>, within: Duration) {
+    consumer.unsubscribe();
+    let deadline = tokio::time::Instant::now() + within;
+    let mut polls = 0;
+    while tokio::time::Instant::now() < deadline {
+        let held = consumer.assignment().map(|a| a.count()).unwrap_or(0);
+        if held == 0 && polls >= LEAVE_POLLS {
+            return;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await;
+        polls += 1;
+    }
+    tracing::warn!("the consumer still held partitions when it stopped waiting to leave its group");
 }
 
 /// One assignment of one partition to this consumer: live from the assignment until the
