@@ -11,7 +11,7 @@ use crate::codec::{encode_commit_head, encode_record, encode_request, COMMIT_HEA
 use crate::error::{StoreError, StoreResult};
 use crate::ids::{ConversationSeq, MessageId, UnixMillis};
 use crate::message::{Commit, CommitIntent, CommitKey, CommitRequest, CommitState};
-use crate::message_store::HistoryAuthorizer;
+use crate::message_store::{HistoryAuthorizer, MessageStore};
 use crate::rules::{check_request, conflict};
 
 /// What claiming a request key found.
@@ -284,8 +284,7 @@ impl RedisMessageStore {
         if !record || reserved.state != CommitState::Reserved {
             return Ok(reserved);
         }
-        let known = self.inflight.get(&request.key).filter(|k| k.commit == reserved).map(|k| k.loc);
-        match self.record(&request.key, reserved.clone(), known).await {
+        match self.put_record(&reserved.intent).await {
             Err(StoreError::Conflict(_)) => Ok(reserved),
             recorded => recorded,
         }
