@@ -246,7 +246,7 @@ impl RedisConnection {
 
 /// The key a cluster routes `cmd` by: the first key of `EVAL`/`EVALSHA`/`FCALL`, else the
 /// first argument (every command the store pipelines names its key first).
-fn first_key(cmd: &Cmd) -> Option<Vec<u8>> {
+pub(crate) fn first_key(cmd: &Cmd) -> Option<Vec<u8>> {
     let args: Vec<&[u8]> = cmd
         .args_iter()
         .filter_map(|a| match a {
@@ -265,7 +265,7 @@ fn first_key(cmd: &Cmd) -> Option<Vec<u8>> {
 
 /// The part of `key` Redis Cluster hashes: the text between the first `{` and the next `}` when
 /// that is not empty, else the whole key.
-fn hash_tag(key: &[u8]) -> &[u8] {
+pub(crate) fn hash_tag(key: &[u8]) -> &[u8] {
     if let Some(open) = key.iter().position(|&b| b == b'{') {
         if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
             if len > 0 {

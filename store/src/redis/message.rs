@@ -84,6 +84,20 @@
 //!   exactly one layout wins each key. Not yet the default: the writer's crash tests and the
 //!   fault suite run on the sender-slot layout.
 //!
+//! # Group commit
+//!
+//! With group commit (the default; [`RedisMessageStore::with_group_commit`]) sends in flight at
+//! once share their round trips, in ticks (the next starts when the previous one's replies
+//! landed; no linger): the claims of (1), the appends of (2) and the transitions of (3) each go
+//! out as one pipeline per tick (one per slot on a cluster). Within a tick, the calls of one slot
+//! become one call: `message_append.lua` covers every send of the conversation (the member cache
+//! per send, the lease, floor and clock read once), the claims of one sender and the CASes of one
+//! conversation run as one call of the script's several-at-once form, and the index writes become
+//! one multi-member `ZADD`/`ZREM` per key (`group`, `join`). Every send is answered as if it had
+//! been alone; a send an earlier send of its call stopped (the lease needs work) is answered
+//! `later` and goes again. The scripts and commands are a lone send's, so the crash table above
+//! holds unchanged: a tick lost mid-way is, for each of its sends, a round trip lost mid-way.
+//!
 //! Ids are 32 lowercase hex digits. Blobs are the canonical encodings of [`crate::codec`],
 //! stored as they are; idempotency compares them byte for byte. Seqs stay below 2^53 so that
 //! ZSET scores hold them exactly. Time always comes from the injected [`Clock`] (a send's
@@ -204,10 +218,12 @@
 
 mod append;
 mod gc;
+mod group;
 mod history;
 mod hot_tier;
 mod inflight;
 mod inspect;
+mod join;
 mod keys;
 mod lease;
 mod reserve;
@@ -223,6 +239,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 
+use self::group::GroupCommit;
 use self::inflight::InFlight;
 use self::keys::Keys;
 use self::lease::Renewals;
@@ -279,6 +296,8 @@ pub struct RedisMessageStore {
     scans: Arc<IndexScans>,
     /// Where new sends' commits go.
     layout: CommitLayout,
+    /// `Some` when sends in flight share their round trips ([`group`]).
+    group: Option<GroupCommit>,
 }
 
 /// The scan cursors of the sharded global indexes ([`crate::redis::index_shard`]).
@@ -406,8 +425,9 @@ impl RedisMessageStore {
             renewals: Arc::default(),
             scans: Arc::default(),
             layout: CommitLayout::default(),
+            group: None,
         };
-        Ok(store)
+        Ok(store.with_group_commit(true))
     }
 
     /// The store creating new sends' commits in `layout` (the default: in the sender's slot).
@@ -415,6 +435,22 @@ impl RedisMessageStore {
     pub fn with_commit_layout(mut self, layout: CommitLayout) -> Self {
         self.layout = layout;
         self
+    }
+
+    /// With `true` (the default), sends in flight at once share their round trips (group
+    /// commit: see the `group` module); with `false` each send makes its own.
+    pub fn with_group_commit(mut self, enabled: bool) -> Self {
+        self.group = enabled.then(|| GroupCommit::new(self.con.clone()));
+        self
+    }
+
+    /// Sends `batch` as [`scripts::run`] does; with group commit, in one round trip with every
+    /// batch waiting meanwhile.
+    async fn shared_trip(&self, what: &str, batch: Batch) -> StoreResult<Vec<Reply>> {
+        match &self.group {
+            Some(group) => group.round_trip(what, batch).await,
+            None => run(&self.con, what, batch).await,
+        }
     }
 
     /// Checks that Redis answers.

@@ -13,6 +13,7 @@ pub mod membership;
 pub mod membership_cache;
 pub mod message;
 mod script_sources;
+mod tick;
 pub mod writer_id;
 
 pub use archive_gaps::ArchiveGaps;

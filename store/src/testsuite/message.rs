@@ -306,6 +306,53 @@ pub async fn concurrent_reserves_never_share_a_seq(h: &dyn MessageHarness) {
     assert!(got.iter().all(|s| *s >= 1), "seqs start at 1: {got:?}");
 }
 
+/// Whole sends in flight at once (several senders and conversations, and each request sent
+/// twice at the same moment, as a client's retry racing its first attempt) are each committed
+/// once: both attempts get the same commit, every commit its own seq.
+pub async fn sends_in_flight_at_once_commit_each_once(h: &dyn MessageHarness) {
+    let store = h.open(policy(), clock()).await;
+    let t = fresh_tenant();
+    let convs = [fresh_conversation(), fresh_conversation()];
+    let members = Arc::new(MembershipAuthorizer::default());
+    for conv in convs {
+        for u in 0..4 {
+            members.admit(t, conv, user(u));
+        }
+    }
+    let mut tasks = Vec::new();
+    for i in 0..48u32 {
+        let req = request(t, user(i % 4), &format!("f{i}"), convs[(i % 2) as usize], b"x");
+        for _attempt in 0..2 {
+            let (store, members, req) = (Arc::clone(&store), Arc::clone(&members), req.clone());
+            tasks.push(tokio::spawn(async move {
+                let recorded = store.reserve_and_record(&req, fresh_message_id(), members.as_ref()).await?;
+                let id = recorded.intent.message_id;
+                let publication = Publication { partition: 0, offset: i64::from(i) };
+                match store.mark_outbox_published_and_committed(&req.key, id, publication).await {
+                    // The other attempt moved it first (exactly one of the two moves it).
+                    Err(e) if e.kind() == ErrorKind::Conflict => {}
+                    other => drop(other?),
+                }
+                Ok::<_, crate::StoreError>(req.key)
+            }));
+        }
+    }
+    let mut keys = Vec::new();
+    for task in tasks {
+        keys.push(task.await.expect("task").expect("send"));
+    }
+    let mut seqs = Vec::new();
+    for key in keys.iter().step_by(2) {
+        let c = store.load_commit(key).await.unwrap().expect("stored");
+        assert_eq!(c.state, CommitState::Committed, "one of the two attempts committed it");
+        seqs.push((c.intent.request.conversation, c.intent.seq.0));
+    }
+    let n = seqs.len();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!((n, seqs.len()), (48, 48), "one commit per request, every one its own seq");
+}
+
 /// The committed record reads back byte for byte, with the policy's expiry.
 pub async fn committed_record_reads_back_exactly(h: &dyn MessageHarness) {
     let store = h.open(policy(), clock()).await;

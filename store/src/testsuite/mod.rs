@@ -131,6 +131,7 @@ macro_rules! message_store_contract_suite {
             outbox_and_commit_together_take_both_steps_in_order,
             step_with_wrong_message_or_unknown_key_fails,
             concurrent_reserves_never_share_a_seq,
+            sends_in_flight_at_once_commit_each_once,
             committed_record_reads_back_exactly,
             scan_recoverable_commits_finds_unfinished_work,
             gc_committed_auxiliary_waits_for_the_ttl,

@@ -13,6 +13,7 @@ mod message_model;
 mod redis_cluster_topology;
 mod redis_commit_layout;
 mod redis_created_at_clock;
+mod redis_group_commit;
 mod redis_hot_tier;
 mod redis_mailbox_contract;
 mod redis_mailbox_differential;

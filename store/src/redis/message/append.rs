@@ -3,6 +3,7 @@
 //! commit created by the script that issues its seq, in its conversation's slot, with the record
 //! when the send is being recorded too (`reserve_and_record`).
 
+use super::group::{append_command, AppendCall};
 use super::keys::{aux_member_in_conversation, aux_shard};
 use super::lease::{self, Allocation, LeaseAttempts};
 use super::scripts::{self, answered, bytes, run, status, Batch};
@@ -80,12 +81,12 @@ impl RedisMessageStore {
                     publication: None,
                 };
                 let template = Commit { intent, state, committed_at: None };
-                let mut batch = Batch::default();
-                self.append(&mut batch, &template, &request_bytes, record, check_sender);
-                let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
-                let reply = answered("reserving a commit", reply)?;
+                let reply = self.append(&template, &request_bytes, record, check_sender).await?;
                 let (outcome, rest) = status("message_append", &Described(key), reply.clone())?;
                 match outcome.as_str() {
+                    // An earlier send of the same call stopped the issue (and was told what the
+                    // lease needs): nothing was written for this one.
+                    "later" => continue,
                     "exists" => {
                         return self.replayed(request, &request_bytes, &member, proposed_id, &rest, record).await
                     }
@@ -162,7 +163,7 @@ impl RedisMessageStore {
             .arg(value)
             .arg(CLAIM_MILLIS);
         batch.command("ZADD").arg(self.keys.recovery(aux_shard(member))).arg(created_at.0).arg(member);
-        let [claimed, listed] = exactly(run(&self.con, "claiming a request key", batch).await?)?;
+        let [claimed, listed] = exactly(self.shared_trip("claiming a request key", batch).await?)?;
         let claimed = answered("claiming a request key", claimed)?;
         let claimed = match status("message_claim", &Described(key), claimed)?.0.as_str() {
             "ok" => Claimed::Ours,
@@ -219,8 +220,31 @@ impl RedisMessageStore {
         }
     }
 
-    /// Adds `message_append.lua` for `template` (its seq 0; RECORDED with `record`) to `batch`.
-    fn append(&self, batch: &mut Batch, template: &Commit, request_bytes: &[u8], record: bool, check_sender: bool) {
+    /// `message_append.lua`'s reply to the send of `template` (its seq 0; RECORDED with
+    /// `record`): with group commit, from the call covering the conversation's sends of a tick.
+    async fn append(
+        &self,
+        template: &Commit,
+        request_bytes: &[u8],
+        record: bool,
+        check_sender: bool,
+    ) -> StoreResult<redis::Value> {
+        let call = self.append_call(template, request_bytes, record, check_sender);
+        if let Some(group) = &self.group {
+            return group.append(call).await;
+        }
+        let mut batch = Batch::default();
+        append_command(&mut batch, std::iter::once(&call));
+        let [reply] = one(run(&self.con, "reserving a commit", batch).await?)?;
+        let reply = answered("reserving a commit", reply)?;
+        match reply {
+            redis::Value::Array(mut replies) if replies.len() == 1 => Ok(replies.remove(0)),
+            other => Err(StoreError::InvariantViolation(format!("message_append: {other:?} in reply to one send"))),
+        }
+    }
+
+    /// The send of `template`'s part of a `message_append.lua` call.
+    fn append_call(&self, template: &Commit, request_bytes: &[u8], record: bool, check_sender: bool) -> AppendCall {
         let intent = &template.intent;
         let (key, tenant, conversation) = (&intent.request.key, intent.request.key.tenant, intent.request.conversation);
         let [seq, lease, token, index, low, archived] = self.lease_keys(tenant, conversation);
@@ -237,7 +261,6 @@ impl RedisMessageStore {
             members,
             cached,
             self.keys.clock(tenant, conversation),
-            self.keys.commit_in_conversation(key, conversation),
             self.keys.records(tenant, conversation),
         ];
         let record_bytes = if record {
@@ -245,19 +268,26 @@ impl RedisMessageStore {
         } else {
             Vec::new()
         };
-        let sender: &[u8] = if check_sender { &key.sender.0 } else { &[] };
-        batch
-            .script(&scripts::APPEND, &keys.each_ref().map(String::as_str))
-            .arg(request_bytes)
-            .arg(encode_commit_head(template))
-            .arg(record_bytes)
-            .arg(intent.created_at.0)
-            .arg(lease::fresh_token())
-            .arg(lease::TOKEN_MILLIS)
-            .arg(self.lease_block() / 2)
-            .arg(sender)
-            .arg(COMMIT_HEAD_SEQ_BYTES.start)
-            .arg(RECORD_SEQ_BYTES.start);
+        let sender = if check_sender { key.sender.0.to_vec() } else { Vec::new() };
+        AppendCall {
+            conversation: keys,
+            shared: [
+                lease::fresh_token().into_bytes(),
+                text(lease::TOKEN_MILLIS),
+                text(self.lease_block() / 2),
+                text(COMMIT_HEAD_SEQ_BYTES.start),
+                text(RECORD_SEQ_BYTES.start),
+            ],
+            commit: self.keys.commit_in_conversation(key, conversation),
+            send: [
+                request_bytes.to_vec(),
+                encode_commit_head(template),
+                record_bytes,
+                text(intent.created_at.0),
+                sender,
+            ],
+            created_at: intent.created_at.0,
+        }
     }
 
     /// Best effort, after a refused send: its recovery entry goes, and its claim when this
@@ -289,4 +319,9 @@ impl RedisMessageStore {
             recorded => recorded,
         }
     }
+}
+
+/// A number as the decimal text Redis takes it in.
+fn text(n: impl ToString) -> Vec<u8> {
+    n.to_string().into_bytes()
 }

@@ -30,10 +30,41 @@ pub(super) static RESERVE: LazyLock<Script> =
     LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_reserve.lua")));
 pub(super) static COMMIT_CAS: LazyLock<Script> =
     LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_commit_cas.lua")));
+/// [`COMMIT_CAS`] of several commits of one slot in one call ([`repeated`]).
+pub(super) static COMMIT_CAS_MANY: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(&repeated(include_str!("../scripts/message_commit_cas.lua"))));
 pub(super) static COMMIT_DELETE: LazyLock<Script> =
     LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_commit_delete.lua")));
 pub(super) static CLAIM: LazyLock<Script> =
     LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_claim.lua")));
+/// [`CLAIM`] of several keys of one slot in one call ([`repeated`]).
+pub(super) static CLAIM_MANY: LazyLock<Script> =
+    LazyLock::new(|| crate::redis::script(&repeated(include_str!("../scripts/message_claim.lua"))));
+
+/// The scripts a shared round trip may call once for several commands of one slot, each with
+/// its several-at-once form, and how many keys and arguments one command of it has.
+pub(super) fn repeatable() -> [(&'static Script, &'static Script, usize, usize); 2] {
+    [(&COMMIT_CAS, &COMMIT_CAS_MANY, 1, 3), (&CLAIM, &CLAIM_MANY, 2, 2)]
+}
+
+/// A script that runs `single` (a script body: it reads `KEYS` and `ARGV`, and returns) once
+/// per group of keys and arguments, answering the array of its replies. `ARGV[1]` and `ARGV[2]`
+/// are the keys and the arguments per group; the groups follow, in order. A runtime error in
+/// one group fails the call with the earlier groups' writes made, as one script's error does.
+fn repeated(single: &str) -> String {
+    format!(
+        "local function single(KEYS, ARGV)\n{single}\nend\n\
+         local per_keys, per_args = tonumber(ARGV[1]), tonumber(ARGV[2])\n\
+         local replies = {{}}\n\
+         for i = 0, #KEYS / per_keys - 1 do\n\
+           local keys, args = {{}}, {{}}\n\
+           for j = 1, per_keys do keys[j] = KEYS[i * per_keys + j] end\n\
+           for j = 1, per_args do args[j] = ARGV[2 + i * per_args + j] end\n\
+           replies[i + 1] = single(keys, args)\n\
+         end\n\
+         return replies\n"
+    )
+}
 pub(super) static CLAIM_RELEASE: LazyLock<Script> =
     LazyLock::new(|| crate::redis::script(include_str!("../scripts/message_claim_release.lua")));
 pub(super) static APPEND: LazyLock<Script> = LazyLock::new(|| leased!("message_append.lua"));
@@ -129,9 +160,9 @@ pub(super) async fn query<T: redis::FromRedisValue>(con: &Link, what: &str, cmd:
 /// partial outcome is legal state (each call site says why).
 #[derive(Default)]
 pub(super) struct Batch {
-    cmds: Vec<redis::Cmd>,
+    pub(super) cmds: Vec<redis::Cmd>,
     /// The script behind each command, if it is an `EVALSHA` (to load it on NOSCRIPT).
-    scripts: Vec<Option<&'static Script>>,
+    pub(super) scripts: Vec<Option<&'static Script>>,
 }
 
 impl Batch {

@@ -217,7 +217,7 @@ impl RedisMessageStore {
         self.cas(&mut batch, key, known.loc, &read, &committed, COMMITTED_REDIS_TTL_MILLIS);
         let member = self.committed_extras(&mut batch, &committed, known.loc, !known.registered);
         self.unlist_settled(&mut batch);
-        let mut replies = run(&self.con, "publishing and committing a commit", batch).await?.into_iter();
+        let mut replies = self.shared_trip("publishing and committing a commit", batch).await?.into_iter();
         let (Some(to_committed), Some(listed)) = (replies.next(), replies.next()) else {
             return Err(missing("message_commit_cas"));
         };
