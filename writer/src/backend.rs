@@ -55,7 +55,8 @@ pub async fn open(config: &WriterConfig, startup: &Startup) -> anyhow::Result<St
                 })
                 .await?
                 .with_seq_leases(leases)
-                .with_commit_layout(config.commit_layout);
+                .with_commit_layout(config.commit_layout)
+                .with_group_commit(config.group_commit);
             let tiered = TieredMessageStore::new(hot.clone(), archive.clone(), config.hot_window_days, clock)
                 .context("combining the hot tier and the archive")?;
             let members: Arc<dyn MembershipStore> = Arc::new(TieredMembershipStore::new(

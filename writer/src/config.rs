@@ -63,6 +63,9 @@ pub struct WriterArgs {
     /// Where the Redis backend creates new sends' commits: `sender` (the sender's slot, five round trips per send) or `conversation` (the group-commit layout, three; not yet the default). Either reads both, so a fleet may mix them.
     #[arg(long, verbatim_doc_comment, env = "QIM_REDIS_COMMIT_LAYOUT", default_value = "sender", value_enum)]
     redis_commit_layout: CommitLayoutArg,
+    /// Whether sends in flight at once share their Redis round trips (group commit): one pipeline per tick for each step, and in the `conversation` layout one seq script per conversation and tick. `false` makes every send's round trips its own.
+    #[arg(long, verbatim_doc_comment, env = "QIM_REDIS_GROUP_COMMIT", default_value = "true", action = clap::ArgAction::Set)]
+    redis_group_commit: bool,
 }
 
 /// The values of `QIM_REDIS_COMMIT_LAYOUT`.
@@ -125,6 +128,8 @@ pub struct WriterConfig {
     pub seq_lease_block: u64,
     /// Where the Redis backend creates new sends' commits.
     pub commit_layout: CommitLayout,
+    /// Whether sends in flight share their Redis round trips (Redis backend).
+    pub group_commit: bool,
     /// History retention.
     pub policy: RetentionPolicy,
     /// Days the hot tier keeps archived history.
@@ -168,6 +173,7 @@ impl Environment for WriterEnv {
             archiver_group: self.archiver_group.archiver_group.clone(),
             seq_lease_block: w.seq_lease_block.get(),
             commit_layout: w.redis_commit_layout.into(),
+            group_commit: w.redis_group_commit,
             policy: self.store.default_history_retention_days,
             hot_window_days: self.store.hot_window_days.get() as u32,
             http_addr: w.writer_http_addr,

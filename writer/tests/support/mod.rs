@@ -72,6 +72,7 @@ pub async fn config(kind: Kind, topic: &str) -> WriterConfig {
         archiver_group: format!("{}.archiver", topic),
         seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
         commit_layout: qim_store::redis::CommitLayout::default(),
+        group_commit: true,
         policy: RetentionPolicy::with_default_days(30).unwrap(),
         hot_window_days: 7,
         http_addr: "127.0.0.1:0".parse().unwrap(),

@@ -99,6 +99,10 @@ pub struct Args {
     /// `conversation` (the group-commit layout).
     #[arg(long, value_enum, default_value = "sender")]
     pub commit_layout: qim_writer::config::CommitLayoutArg,
+    /// Whether the Redis store shares the round trips of sends in flight (group commit) in the
+    /// `redis` and `writer` benchmarks (the writer's `QIM_REDIS_GROUP_COMMIT`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub group_commit: bool,
     /// Members per conversation in the dispatcher benchmark (0: one run with 5000, one with 500).
     #[arg(long, default_value_t = 0)]
     pub members: u64,

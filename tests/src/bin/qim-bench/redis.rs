@@ -232,7 +232,8 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let marks = Arc::new(qim_store::memory::MemorySeqHighWater::new());
     let store = RedisMessageStore::open(&config, policy, Arc::new(SystemClock)).await?;
     let layout = args.commit_layout();
-    let store = Arc::new(store.with_seq_leases(qim_store::redis::SeqLeases::new(marks)).with_commit_layout(layout));
+    let store = store.with_seq_leases(qim_store::redis::SeqLeases::new(marks)).with_commit_layout(layout);
+    let store = Arc::new(store.with_group_commit(args.group_commit));
     let tenant = TenantId([9; 16]);
     fill_member_caches(&config, tenant, args.conversations).await?;
     let warm = Args { count: (args.concurrency as u64) * 20, ..args.clone() };
@@ -262,10 +263,11 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let cost = |t: &Totals| t.micros_per_op(t.client_cpu + t.redis_cpu);
     let cost_ratio = cost(&through_store) / cost(&raw);
     println!(
-        "redis commit path: {} commits, commits in the {} slot, concurrency {}, {} conversations, {}-byte payloads, \
+        "redis commit path: {} commits, commits in the {} slot, group commit {}, concurrency {}, {} conversations, {}-byte payloads, \
          {ROUNDS} interleaved rounds, {} (Redis CPU over {} servers)",
         per_round * ROUNDS,
         if layout == CommitLayout::InSenderSlot { "sender" } else { "conversation" },
+        if args.group_commit { "on" } else { "off" },
         args.concurrency,
         args.conversations,
         args.payload,
@@ -282,7 +284,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     println!("  CPU per op (client + redis) store/raw: {cost_ratio:.2}×");
     Ok(serde_json::json!({
         "count": per_round * ROUNDS, "concurrency": args.concurrency, "rounds": ROUNDS,
-        "topology": args.topology(), "redis_servers": redis_cpu.servers(), "commit_layout": format!("{layout:?}"),
+        "topology": args.topology(), "redis_servers": redis_cpu.servers(), "commit_layout": format!("{layout:?}"), "group_commit": args.group_commit,
         "raw_per_second": raw.per_second(), "store_per_second": through_store.per_second(), "ratio": ratio,
         "store_p50_ms": through_store.p50(), "store_p99_ms": through_store.p99(),
         "raw_client_cpu_us": raw.micros_per_op(raw.client_cpu), "raw_redis_cpu_us": raw.micros_per_op(raw.redis_cpu),

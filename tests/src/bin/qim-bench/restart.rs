@@ -118,15 +118,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
         qim_store::MembershipStore::add_members(&members, *t, *c, &[qim_store::ids::UserId([7; 16])]).await?;
     }
     let redis = RedisConfig { url: args.redis_url(), namespace: namespace.clone() };
-    let config = super::writer::writer_config(
-        redis,
-        scylla.clone(),
-        &brokers,
-        &topic,
-        &group,
-        args.producer(),
-        args.commit_layout(),
-    )?;
+    let config = super::writer::writer_config(redis, scylla.clone(), &brokers, &topic, &group, args)?;
     let shutdown = CancellationToken::new();
     let starting = Instant::now();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;

@@ -266,24 +266,25 @@ fn bucket_text(bound_ms: Option<f64>) -> String {
 }
 
 /// The writer the benchmarks run in process: Redis hot tier `redis` over `archive`, publishing to
-/// `topic`, its unarchived tail ending at `archiver_group`'s offsets; port 0, 30-day retention.
+/// `topic`, its unarchived tail ending at `archiver_group`'s offsets, tuned by `args` (the producer,
+/// the commit layout, group commit); port 0, 30-day retention.
 pub fn writer_config(
     redis: RedisConfig,
     archive: ScyllaConfig,
     brokers: &str,
     topic: &str,
     archiver_group: &str,
-    producer: ProducerTuning,
-    commit_layout: qim_store::redis::CommitLayout,
+    args: &Args,
 ) -> anyhow::Result<WriterConfig> {
     Ok(WriterConfig {
         backend: Backend::Redis { redis, archive },
         kafka_brokers: brokers.to_owned(),
-        producer,
+        producer: args.producer(),
         messages_topic: topic.to_owned(),
         archiver_group: archiver_group.to_owned(),
         seq_lease_block: qim_store::redis::DEFAULT_LEASE_BLOCK,
-        commit_layout,
+        commit_layout: args.commit_layout(),
+        group_commit: args.group_commit,
         policy: RetentionPolicy::with_default_days(30)?,
         hot_window_days: 7,
         http_addr: "127.0.0.1:0".parse()?,
@@ -314,15 +315,7 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let session = open_session(&archive).await.context("connecting to cassandra (is the stack up?)")?;
     migrate(&session, &archive).await?;
     let redis = RedisConfig { url: args.redis_url(), namespace: namespace.clone() };
-    let config = writer_config(
-        redis,
-        archive.clone(),
-        &brokers,
-        &topic,
-        &format!("{topic}.archiver"),
-        args.producer(),
-        args.commit_layout(),
-    )?;
+    let config = writer_config(redis, archive.clone(), &brokers, &topic, &format!("{topic}.archiver"), args)?;
     let shutdown = CancellationToken::new();
     let writer = qim_writer::serve::start(config, shutdown.clone()).await?;
     let url = format!("http://{}/v1/messages", writer.addr);
@@ -381,14 +374,16 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
 
     let ratio = peak.per_second() / raw.per_second();
     println!(
-        "writer: {} sends, concurrency {}, {} conversations, {}-byte bodies, redis backend ({}, Redis CPU over {} servers), \
-         kafka acks=all, {ROUNDS} interleaved rounds",
+        "writer: {} sends, concurrency {}, {} conversations, {}-byte bodies, redis backend ({}, Redis CPU over {} servers, \
+         commits in the {:?} layout, group commit {}), kafka acks=all, {ROUNDS} interleaved rounds",
         per_round * ROUNDS,
         args.concurrency,
         args.conversations,
         args.payload,
         args.topology(),
-        redis_cpu.servers()
+        redis_cpu.servers(),
+        args.commit_layout,
+        if args.group_commit { "on" } else { "off" },
     );
     println!(
         "  {:<44} {:>8} {:>8} {:>8} {:>11} {:>11} {:>11}",
