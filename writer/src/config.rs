@@ -63,7 +63,7 @@ pub struct WriterArgs {
     /// Where the Redis backend creates new sends' commits: `sender` (the sender's slot, five round trips per send) or `conversation` (the group-commit layout, three; not yet the default). Either reads both, so a fleet may mix them.
     #[arg(long, verbatim_doc_comment, env = "QIM_REDIS_COMMIT_LAYOUT", default_value = "sender", value_enum)]
     redis_commit_layout: CommitLayoutArg,
-    /// Whether sends in flight at once share their Redis round trips (group commit): one pipeline per tick for each step, and in the `conversation` layout one seq script per conversation and tick. `false` makes every send's round trips its own.
+    /// Whether sends in flight at once share their Redis round trips (group commit): each step of every waiting send goes out as one pipeline per tick (one per slot on a cluster), and a slot's script calls of a tick become one call (in the `conversation` layout, one seq script per conversation). `false` gives every send its own round trips.
     #[arg(long, verbatim_doc_comment, env = "QIM_REDIS_GROUP_COMMIT", default_value = "true", action = clap::ArgAction::Set)]
     redis_group_commit: bool,
 }

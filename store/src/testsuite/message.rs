@@ -325,15 +325,14 @@ pub async fn sends_in_flight_at_once_commit_each_once(h: &dyn MessageHarness) {
         for _attempt in 0..2 {
             let (store, members, req) = (Arc::clone(&store), Arc::clone(&members), req.clone());
             tasks.push(tokio::spawn(async move {
-                let recorded = store.reserve_and_record(&req, fresh_message_id(), members.as_ref()).await?;
-                let id = recorded.intent.message_id;
-                let publication = Publication { partition: 0, offset: i64::from(i) };
-                match store.mark_outbox_published_and_committed(&req.key, id, publication).await {
-                    // The other attempt moved it first (exactly one of the two moves it).
-                    Err(e) if e.kind() == ErrorKind::Conflict => {}
-                    other => drop(other?),
+                // As a client does: a send that met an unavailable store is sent again.
+                for _ in 0..MAX_RESENDS {
+                    match send_whole(store.as_ref(), &req, members.as_ref(), i64::from(i)).await {
+                        Err(e) if e.kind() == ErrorKind::Unavailable => tokio::time::sleep(RESEND_PAUSE).await,
+                        other => return other.map(|()| req.key),
+                    }
                 }
-                Ok::<_, crate::StoreError>(req.key)
+                send_whole(store.as_ref(), &req, members.as_ref(), i64::from(i)).await.map(|()| req.key)
             }));
         }
     }
@@ -351,6 +350,27 @@ pub async fn sends_in_flight_at_once_commit_each_once(h: &dyn MessageHarness) {
     seqs.sort_unstable();
     seqs.dedup();
     assert_eq!((n, seqs.len()), (48, 48), "one commit per request, every one its own seq");
+}
+
+/// How often [`sends_in_flight_at_once_commit_each_once`] sends a request again after the store
+/// was unavailable (contended lightweight transactions time out on a three-node ring).
+const MAX_RESENDS: usize = 20;
+const RESEND_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// One whole send of `req` by a member: recorded, then published (at `offset`) and committed;
+/// a `Conflict` on the last step means another attempt of the same request moved it first.
+async fn send_whole(
+    store: &dyn MessageStore,
+    req: &CommitRequest,
+    members: &MembershipAuthorizer,
+    offset: i64,
+) -> Result<(), crate::StoreError> {
+    let recorded = store.reserve_and_record(req, fresh_message_id(), members).await?;
+    let publication = Publication { partition: 0, offset };
+    match store.mark_outbox_published_and_committed(&req.key, recorded.intent.message_id, publication).await {
+        Err(e) if e.kind() == ErrorKind::Conflict => Ok(()),
+        other => other.map(drop),
+    }
 }
 
 /// The committed record reads back byte for byte, with the policy's expiry.

@@ -16,6 +16,8 @@ use crate::stack;
 
 /// Directory under which each run keeps its logs (default: `<tmp>/qim-runs`).
 pub const RUN_DIR_ENV: &str = "QIM_RUN_DIR";
+/// The commit layout the runs' writers use (`sender` or `conversation`; unset: the default).
+pub const COMMIT_LAYOUT_ENV: &str = "QIM_TEST_REDIS_COMMIT_LAYOUT";
 
 /// How long [`PipelineEnv::migrate`] keeps sending a migration the server did not answer.
 const MIGRATION_PATIENCE: Duration = Duration::from_secs(90);
@@ -38,6 +40,10 @@ pub struct PipelineEnv {
     pub redis_url: String,
     /// Redis key prefix of the run.
     pub redis_namespace: String,
+    /// The writer's `QIM_REDIS_COMMIT_LAYOUT`, from [`COMMIT_LAYOUT_ENV`] (unset: the writer's
+    /// default), so the pipeline and fault suites can run in either commit layout.
+    #[serde(default)]
+    pub commit_layout: Option<String>,
     /// Cassandra contact points.
     pub scylla_hosts: Vec<String>,
     /// Cassandra local data centre.
@@ -116,6 +122,7 @@ impl PipelineEnv {
             kafka_brokers: at.kafka_brokers,
             redis_url: at.redis_url,
             redis_namespace: name.clone(),
+            commit_layout: std::env::var(COMMIT_LAYOUT_ENV).ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()),
             scylla_hosts: at.scylla_hosts,
             scylla_dc: env("QIM_TEST_SCYLLA_DC", "datacenter1"),
             scylla_rf: rf,
@@ -167,6 +174,7 @@ impl PipelineEnv {
                 ("QIM_RECOVERY_GRACE_SECS", "5".into()),
                 ("QIM_RECOVERY_INTERVAL_SECS", "1".into()),
             ]),
+
             ServiceKind::Archiver => v.extend([
                 (kind.http_addr_var(), format!("127.0.0.1:{}", self.archiver_port)),
                 ("QIM_ARCHIVER_GROUP", self.archiver_group.clone()),
@@ -182,6 +190,9 @@ impl PipelineEnv {
                 ("QIM_DISPATCHER_GROUP", self.dispatcher_group.clone()),
                 ("QIM_DISPATCHER_DLQ_TOPIC", self.dispatcher_dlq_topic.clone()),
             ]),
+        }
+        if let (ServiceKind::Writer, Some(layout)) = (kind, &self.commit_layout) {
+            v.push(("QIM_REDIS_COMMIT_LAYOUT", layout.clone()));
         }
         v.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
     }
