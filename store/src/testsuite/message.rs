@@ -357,20 +357,34 @@ pub async fn sends_in_flight_at_once_commit_each_once(h: &dyn MessageHarness) {
 const MAX_RESENDS: usize = 20;
 const RESEND_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// One whole send of `req` by a member: recorded, then published (at `offset`) and committed;
-/// a `Conflict` on the last step means another attempt of the same request moved it first.
+/// One whole send of `req` by a member, driven to COMMITTED as the writer drives it (published
+/// at `offset`); a `Conflict` means another attempt of the same request moved it, and this one
+/// goes on from where that left it.
 async fn send_whole(
     store: &dyn MessageStore,
     req: &CommitRequest,
     members: &MembershipAuthorizer,
     offset: i64,
 ) -> Result<(), crate::StoreError> {
-    let recorded = store.reserve_and_record(req, fresh_message_id(), members).await?;
-    let publication = Publication { partition: 0, offset };
-    match store.mark_outbox_published_and_committed(&req.key, recorded.intent.message_id, publication).await {
-        Err(e) if e.kind() == ErrorKind::Conflict => Ok(()),
-        other => other.map(drop),
+    let key = &req.key;
+    let mut commit = store.reserve_and_record(req, fresh_message_id(), members).await?;
+    for _ in 0..MAX_RESENDS {
+        let id = commit.intent.message_id;
+        let step = match commit.state {
+            CommitState::Committed => return Ok(()),
+            CommitState::Reserved => store.put_record(&commit.intent).await,
+            CommitState::Recorded => {
+                let publication = Publication { partition: 0, offset };
+                store.mark_outbox_published_and_committed(key, id, publication).await
+            }
+            CommitState::Outboxed => store.mark_committed(key, id).await,
+        };
+        commit = match step {
+            Err(e) if e.kind() == ErrorKind::Conflict => store.load_commit(key).await?.expect("a commit once reserved"),
+            other => other?,
+        };
     }
+    panic!("{key:?} did not reach COMMITTED while two attempts drove it");
 }
 
 /// The committed record reads back byte for byte, with the policy's expiry.
