@@ -111,7 +111,15 @@ pub async fn start(config: WriterConfig, shutdown: CancellationToken) -> anyhow:
         )),
         tokio::spawn(expiry::run(stores.messages.clone(), shutdown.clone())),
     ];
-    tracing::info!(%addr, backend = config.backend.name(), topic = %config.messages_topic, partitions, "writer serving");
+    tracing::info!(
+        %addr,
+        backend = config.backend.name(),
+        commit_layout = ?config.commit_layout,
+        group_commit = config.group_commit,
+        topic = %config.messages_topic,
+        partitions,
+        "writer serving"
+    );
     let task = tokio::spawn(async move {
         let stop = shutdown.clone();
         axum::serve(listener, app)
