@@ -31,6 +31,11 @@ enum Claimed {
 /// clock ran ahead of it (another writer's clock, a restored record).
 const MAX_RESTAMPS: u32 = 3;
 
+/// How many times one reservation is answered `later` (an earlier send of its tick's call was
+/// told what the lease needs) before it gives up as `Unavailable`: the earliest send of a call
+/// goes first, so each send soon leads a call and counts its own lease attempts.
+const MAX_LATER: u32 = 200;
+
 impl RedisMessageStore {
     /// `reserve` (with `members`: `reserve_from_member`) creating the commit in its
     /// conversation's slot; with `record`, the record too (the commit then RECORDED).
@@ -55,7 +60,7 @@ impl RedisMessageStore {
         let value = claim_value(conversation, &request_bytes);
         let mut created_at = self.stamps.stamp();
         let (tenant, mut check_sender, mut ours) = (key.tenant, members.is_some(), false);
-        let (mut attempts, mut restamps) = (LeaseAttempts::default(), 0u32);
+        let (mut attempts, mut restamps, mut later) = (LeaseAttempts::default(), 0u32, 0u32);
         'claim: loop {
             match self.claim_key(key, &value, &member, created_at).await? {
                 Claimed::Ours => ours = true,
@@ -86,7 +91,18 @@ impl RedisMessageStore {
                 match outcome.as_str() {
                     // An earlier send of the same call stopped the issue (and was told what the
                     // lease needs): nothing was written for this one.
-                    "later" => continue,
+                    "later" => {
+                        later += 1;
+                        if later > MAX_LATER {
+                            return Err(StoreError::Unavailable {
+                                message: format!(
+                                    "conversation {conversation}: its seq lease stayed unready under this send"
+                                ),
+                                source: None,
+                            });
+                        }
+                        continue;
+                    }
                     "exists" => {
                         return self.replayed(request, &request_bytes, &member, proposed_id, &rest, record).await
                     }
