@@ -65,7 +65,7 @@
 //!   | crash or loss | left behind | resolved by |
 //!   |---|---|---|
 //!   | after (1) | the claim, a recovery entry leading nowhere, no seq | a retry with the same bytes claims `same` and appends; other bytes get `Conflict` until the claim expires; the auxiliary GC removes the entry after the TTL |
-//!   | (2) answered `extend`, `revalidate`, `wait`, `restamp` | nothing (a token on `revalidate`) | the same reservation loops, keeping its claim and member |
+//!   | (2) answered `extend`, `revalidate`, `wait`, `restamp`, `later` | nothing (a token on `revalidate`) | the same reservation loops, keeping its claim and member; after `revalidate`, `wait` or `later` it claims the key again first (a revalidation may have restored this send's commit) |
 //!   | after (2), before the publish | RECORDED commit, record, index | the recovery scan (member → conversation → message id) or a retry (`exists`, no new seq) drives it; two drivers are decided by the CAS |
 //!   | after the publish, before (3) | RECORDED, the record in Kafka | published again, same seq and id (a physical duplicate); nobody was answered |
 //!   | after (3)'s CAS alone | COMMITTED, maybe no `{commitgc}` entry or registrations | the entry stays unsettled (the scan skips COMMITTED; the auxiliary GC collects it); registrations sent again, or by the GC |
@@ -74,8 +74,9 @@
 //!   The auxiliary GC releases a conversation-slot commit's claim (compare-and-delete) before
 //!   it deletes the commit: deleted after it, the claim could be a retry's new one. A lease
 //!   revalidation restores the commits of recent records in the sender's slot; a reservation
-//!   that revalidated claims its key again, so a restored commit of the same send answers it
-//!   (the claim script defers to a sender-slot commit) and no second seq is issued.
+//!   that revalidated, or waited for another's revalidation, claims its key again, so a restored
+//!   commit of the same send answers it (the claim script defers to a sender-slot commit) and no
+//!   second seq is issued.
 //!
 //!   Both layouts share keys safely, in one namespace (a fleet mid-upgrade): the claim script
 //!   answers `legacy` when a sender-slot commit holds the key, and `message_reserve.lua` answers

@@ -269,3 +269,58 @@ async fn stores_of_both_layouts_share_keys_whichever_reserves_first() {
         assert_eq!(first.load_commit(&req.key).await.unwrap(), Some(committed), "{id}");
     }
 }
+
+/// As above, but the retry arrives among new sends of the same conversation, so that another
+/// send of its tick is told to revalidate and the retry waits (`later`, then `wait`): it claims
+/// its key again after waiting, finds the commit the revalidation restored, and is answered with
+/// its first seq; the new sends get seqs above every published one.
+#[tokio::test]
+async fn a_retry_that_waited_for_another_sends_revalidation_is_answered_from_the_topic() {
+    use std::sync::Arc;
+
+    use futures_util::future::join_all;
+    use qim_store::clock::ManualClock;
+    use qim_store::memory::MemorySeqHighWater;
+    use qim_store::message::PublishedRecord;
+    use qim_store::redis::CommitLayout;
+    use qim_store::retention::RetentionPolicy;
+    use qim_store::testsuite::fixtures::{MembershipAuthorizer, T0};
+
+    use crate::redis_created_at_clock::{writer, Topic};
+    use crate::shared_redis::{unique_namespace, url, wipe, Cleanup};
+
+    let cleanup = Cleanup::default();
+    let namespace = unique_namespace();
+    cleanup.register(&namespace);
+    let (marks, topic) = (Arc::new(MemorySeqHighWater::default()), Arc::new(Topic::default()));
+    let clock = Arc::new(ManualClock::new(T0));
+    let store = writer(&url(), &namespace, clock.clone(), marks, topic.clone())
+        .await
+        .with_commit_layout(CommitLayout::InConversationSlot);
+    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
+    let members = MembershipAuthorizer::default();
+    members.admit(tenant, conversation, user(1));
+    let req = request(tenant, user(1), "published", conversation, b"published");
+    let recorded = store.reserve_and_record(&req, fresh_message_id(), &members).await.unwrap();
+    let publication = Publication { partition: 0, offset: 1 };
+    let id = recorded.intent.message_id;
+    let committed = store.mark_outbox_published_and_committed(&req.key, id, publication).await.unwrap();
+    let expires_at = RetentionPolicy::default().expires_at(req.retention, committed.intent.created_at);
+    topic.0.lock().unwrap().push(PublishedRecord { record: committed.intent.record(expires_at), publication });
+    assert!(wipe(&namespace) > 0, "redis lost the namespace");
+
+    // The new sends stamp first, so one of them leads the tick's append call.
+    let news: Vec<_> =
+        (0..8).map(|i| request(tenant, user(1), &format!("new-{i}"), conversation, b"after the loss")).collect();
+    let mut sends: Vec<_> = news.iter().map(|r| store.reserve_and_record(r, fresh_message_id(), &members)).collect();
+    sends.push(store.reserve_and_record(&req, fresh_message_id(), &members));
+    let mut answers = join_all(sends).await.into_iter().map(Result::unwrap).collect::<Vec<_>>();
+    let again = answers.pop().expect("the retry's answer");
+    assert_eq!(again.state, CommitState::Committed, "answered as the send it was");
+    assert_eq!((again.intent.seq, again.intent.message_id), (committed.intent.seq, committed.intent.message_id));
+    let mut seqs: Vec<u64> = answers.iter().map(|c| c.intent.seq.0).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 8, "every new send its own seq");
+    assert!(seqs[0] > committed.intent.seq.0, "seqs {seqs:?} are above every published one");
+}

@@ -90,7 +90,8 @@ impl RedisMessageStore {
                 let (outcome, rest) = status("message_append", &Described(key), reply.clone())?;
                 match outcome.as_str() {
                     // An earlier send of the same call stopped the issue (and was told what the
-                    // lease needs): nothing was written for this one.
+                    // lease needs; perhaps a revalidation, which may restore this send's commit):
+                    // nothing was written for this one, which claims its key again.
                     "later" => {
                         later += 1;
                         if later > MAX_LATER {
@@ -101,7 +102,7 @@ impl RedisMessageStore {
                                 source: None,
                             });
                         }
-                        continue;
+                        continue 'claim;
                     }
                     "exists" => {
                         return self.replayed(request, &request_bytes, &member, proposed_id, &rest, record).await
@@ -152,12 +153,13 @@ impl RedisMessageStore {
                     self.inflight.remember(commit.clone(), Loc::Conversation(conversation), false);
                     return Ok(commit);
                 }
-                let revalidated = matches!(allocation, Allocation::Revalidate { .. });
+                let revalidation = matches!(allocation, Allocation::Revalidate { .. } | Allocation::Wait);
                 self.prepare_counted(&mut attempts, tenant, conversation, allocation).await?;
-                if revalidated {
-                    // Redis lost state under this conversation: the revalidation restored the
-                    // commits of its recent records in the sender's slot, so the key is claimed
-                    // again, and a restored commit of this send answers it (no second seq).
+                if revalidation {
+                    // Redis lost state under this conversation: the revalidation (this send's, or
+                    // another's it waited for) restored the commits of its recent records in the
+                    // sender's slot, so the key is claimed again, and a restored commit of this
+                    // send answers it (no second seq).
                     continue 'claim;
                 }
             }
