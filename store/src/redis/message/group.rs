@@ -4,8 +4,9 @@
 //!
 //! - **Round trips** of whole batches (a key's claim with its recovery entry, a commit's move to
 //!   COMMITTED with its index entries): every batch waiting joins one pipeline (one per slot on a
-//!   cluster), and their index writes become one multi-member `ZADD` or `ZREM` per key
-//!   ([`Batch::join`]).
+//!   cluster); their index writes become one multi-member `ZADD` or `ZREM` per key, and the
+//!   calls of a repeatable script in one slot (the claims of one sender, the compare-and-sets of
+//!   one conversation's commits) one call of its several-at-once form ([`Batch::join`]).
 //! - **Appends** (`message_append.lua`): the sends of one conversation in a tick become one call
 //!   of the script, which answers each as if it had been alone; the calls of every conversation go
 //!   out as one pipeline.
