@@ -156,7 +156,12 @@ fn kind(args: &[Vec<u8>], scripted: bool) -> Option<Kind> {
         return None;
     }
     let hash = String::from_utf8_lossy(key).into_owned();
-    repeatable().iter().find(|(single, ..)| single.get_hash() == hash)?;
+    let &(_, _, per_keys, per_args) = repeatable().iter().find(|(single, ..)| single.get_hash() == hash)?;
+    // Only calls of the shape the several-at-once form splits by are merged.
+    let numkeys: usize = rest.first().and_then(|n| std::str::from_utf8(n).ok()).and_then(|n| n.parse().ok())?;
+    if numkeys != per_keys || rest.len() != 1 + per_keys + per_args {
+        return None;
+    }
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(args[1..].to_vec());
     let tag = hash_tag(&first_key(&cmd)?).to_vec();
@@ -197,6 +202,20 @@ mod tests {
         );
         let at = |v: &[usize]| v.iter().map(|&at| Place { at, item: None }).collect::<Vec<_>>();
         assert_eq!(places, vec![at(&[0, 1, 2]), at(&[3, 0, 4, 2])], "each batch finds its replies");
+    }
+
+    #[test]
+    fn calls_of_another_shape_than_the_many_form_splits_by_are_not_merged() {
+        let batches = (0..2)
+            .map(|i| {
+                let mut batch = Batch::default();
+                batch.script(&COMMIT_CAS, &["{c:1}:commit:a"]).arg(i).arg("next").arg(0).arg("extra");
+                batch
+            })
+            .collect();
+        let (joint, places) = Batch::join(batches);
+        assert_eq!(joint.cmds.len(), 2, "each call stays its own");
+        assert!(places.iter().flatten().all(|p| p.item.is_none()));
     }
 
     #[test]
