@@ -79,7 +79,7 @@ async fn run_joined(link: Link, batches: Vec<Batch>) -> Vec<StoreResult<Vec<Repl
         Ok(replies) => {
             places.into_iter().map(|place| Ok(place.into_iter().map(|p| p.reply(&replies)).collect())).collect()
         }
-        Err(e) => (0..n).map(|_| Err(copy(&e))).collect(),
+        Err(e) => (0..n).map(|_| Err(e.same_again())).collect(),
     }
 }
 
@@ -119,11 +119,11 @@ async fn run_appends(link: Link, calls: Vec<AppendCall>) -> Vec<StoreResult<Valu
                 };
                 match per_send {
                     Ok(items) => group.into_iter().zip(items).for_each(|(i, item)| answers[i] = Some(Ok(item))),
-                    Err(e) => group.into_iter().for_each(|i| answers[i] = Some(Err(copy(&e)))),
+                    Err(e) => group.into_iter().for_each(|i| answers[i] = Some(Err(e.same_again()))),
                 }
             }
         }
-        Err(e) => answers.iter_mut().for_each(|a| *a = Some(Err(copy(&e)))),
+        Err(e) => answers.iter_mut().for_each(|a| *a = Some(Err(e.same_again()))),
     }
     answers
         .into_iter()
@@ -140,29 +140,6 @@ pub(super) fn append_command<'a>(batch: &mut Batch, calls: impl Iterator<Item = 
     cmd.arg(&first.shared[..]);
     for call in calls {
         cmd.arg(&call.send[..]);
-    }
-}
-
-/// `error` once more, for another send of the same tick (a `StoreError` holds its source
-/// uncloneably; its kind and message are what callers act on).
-fn copy(error: &StoreError) -> StoreError {
-    match error {
-        StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
-        StoreError::DispatchConflict(m) => StoreError::DispatchConflict(m.clone()),
-        StoreError::NotFound(m) => StoreError::NotFound(m.clone()),
-        StoreError::Forbidden(m) => StoreError::Forbidden(m.clone()),
-        StoreError::InvalidInput(m) => StoreError::InvalidInput(m.clone()),
-        StoreError::CorruptEntry(m) => StoreError::CorruptEntry(m.clone()),
-        StoreError::InvariantViolation(m) => StoreError::InvariantViolation(m.clone()),
-        StoreError::CursorExpired { earliest } => StoreError::CursorExpired { earliest: *earliest },
-        StoreError::StateLost(m) => StoreError::StateLost(m.clone()),
-        StoreError::Unavailable { message, source } => StoreError::Unavailable {
-            message: match source {
-                Some(source) => format!("{message}: {source}"),
-                None => message.clone(),
-            },
-            source: None,
-        },
     }
 }
 
