@@ -196,49 +196,17 @@ async fn a_group_commit_layout_send_costs_three_round_trips() {
 /// key), with the first seq and message id, never a second seq; the next send gets a seq above.
 #[tokio::test]
 async fn a_send_published_before_redis_lost_it_is_answered_from_the_topic_not_reissued() {
-    use std::sync::Arc;
-
-    use qim_store::clock::ManualClock;
-    use qim_store::memory::MemorySeqHighWater;
-    use qim_store::message::PublishedRecord;
-    use qim_store::redis::CommitLayout;
-    use qim_store::retention::RetentionPolicy;
-    use qim_store::testsuite::fixtures::{MembershipAuthorizer, T0};
-
-    use crate::redis_created_at_clock::{writer, Topic};
-    use crate::shared_redis::{unique_namespace, url, wipe, Cleanup};
-
-    let cleanup = Cleanup::default();
-    let namespace = unique_namespace();
-    cleanup.register(&namespace);
-    let (marks, topic) = (Arc::new(MemorySeqHighWater::default()), Arc::new(Topic::default()));
-    let clock = Arc::new(ManualClock::new(T0));
-    let store = writer(&url(), &namespace, clock.clone(), marks, topic.clone())
-        .await
-        .with_commit_layout(CommitLayout::InConversationSlot);
-    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
-    let members = MembershipAuthorizer::default();
-    members.admit(tenant, conversation, user(1));
-    let mut sent = Vec::new();
-    for id in ["a", "b"] {
-        let req = request(tenant, user(1), id, conversation, b"published");
-        let recorded = store.reserve_and_record(&req, fresh_message_id(), &members).await.unwrap();
-        let publication = Publication { partition: 0, offset: recorded.intent.seq.0 as i64 };
-        let id = recorded.intent.message_id;
-        let committed = store.mark_outbox_published_and_committed(&req.key, id, publication).await.unwrap();
-        let expires_at = RetentionPolicy::default().expires_at(req.retention, committed.intent.created_at);
-        let record = committed.intent.record(expires_at);
-        topic.0.lock().unwrap().push(PublishedRecord { record, publication });
-        sent.push((req, committed));
-    }
-    assert!(wipe(&namespace) > 0, "redis lost the namespace");
+    let lost = Published::open().await;
+    let (store, members, (tenant, conversation)) = (&lost.store, &lost.members, (lost.tenant, lost.conversation));
+    let sent = [lost.publish("a").await, lost.publish("b").await];
+    lost.lose_redis();
 
     let (req, committed) = &sent[1];
-    let again = store.reserve_and_record(req, fresh_message_id(), &members).await.unwrap();
+    let again = store.reserve_and_record(req, fresh_message_id(), members).await.unwrap();
     assert_eq!(again.state, CommitState::Committed, "answered as the send it was");
     assert_eq!((again.intent.seq, again.intent.message_id), (committed.intent.seq, committed.intent.message_id));
     let next = request(tenant, user(1), "c", conversation, b"after the loss");
-    let next = store.reserve_and_record(&next, fresh_message_id(), &members).await.unwrap();
+    let next = store.reserve_and_record(&next, fresh_message_id(), members).await.unwrap();
     assert!(next.intent.seq > committed.intent.seq, "seq {} is above every published one", next.intent.seq.0);
 }
 
@@ -276,44 +244,18 @@ async fn stores_of_both_layouts_share_keys_whichever_reserves_first() {
 /// its first seq; the new sends get seqs above every published one.
 #[tokio::test]
 async fn a_retry_that_waited_for_another_sends_revalidation_is_answered_from_the_topic() {
-    use std::sync::Arc;
-
     use futures_util::future::join_all;
-    use qim_store::clock::ManualClock;
-    use qim_store::memory::MemorySeqHighWater;
-    use qim_store::message::PublishedRecord;
-    use qim_store::redis::CommitLayout;
-    use qim_store::retention::RetentionPolicy;
-    use qim_store::testsuite::fixtures::{MembershipAuthorizer, T0};
 
-    use crate::redis_created_at_clock::{writer, Topic};
-    use crate::shared_redis::{unique_namespace, url, wipe, Cleanup};
-
-    let cleanup = Cleanup::default();
-    let namespace = unique_namespace();
-    cleanup.register(&namespace);
-    let (marks, topic) = (Arc::new(MemorySeqHighWater::default()), Arc::new(Topic::default()));
-    let clock = Arc::new(ManualClock::new(T0));
-    let store = writer(&url(), &namespace, clock.clone(), marks, topic.clone())
-        .await
-        .with_commit_layout(CommitLayout::InConversationSlot);
-    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
-    let members = MembershipAuthorizer::default();
-    members.admit(tenant, conversation, user(1));
-    let req = request(tenant, user(1), "published", conversation, b"published");
-    let recorded = store.reserve_and_record(&req, fresh_message_id(), &members).await.unwrap();
-    let publication = Publication { partition: 0, offset: 1 };
-    let id = recorded.intent.message_id;
-    let committed = store.mark_outbox_published_and_committed(&req.key, id, publication).await.unwrap();
-    let expires_at = RetentionPolicy::default().expires_at(req.retention, committed.intent.created_at);
-    topic.0.lock().unwrap().push(PublishedRecord { record: committed.intent.record(expires_at), publication });
-    assert!(wipe(&namespace) > 0, "redis lost the namespace");
+    let lost = Published::open().await;
+    let (store, members, (tenant, conversation)) = (&lost.store, &lost.members, (lost.tenant, lost.conversation));
+    let (req, committed) = lost.publish("published").await;
+    lost.lose_redis();
 
     // The new sends stamp first, so one of them leads the tick's append call.
     let news: Vec<_> =
         (0..8).map(|i| request(tenant, user(1), &format!("new-{i}"), conversation, b"after the loss")).collect();
-    let mut sends: Vec<_> = news.iter().map(|r| store.reserve_and_record(r, fresh_message_id(), &members)).collect();
-    sends.push(store.reserve_and_record(&req, fresh_message_id(), &members));
+    let mut sends: Vec<_> = news.iter().map(|r| store.reserve_and_record(r, fresh_message_id(), members)).collect();
+    sends.push(store.reserve_and_record(&req, fresh_message_id(), members));
     let mut answers = join_all(sends).await.into_iter().map(Result::unwrap).collect::<Vec<_>>();
     let again = answers.pop().expect("the retry's answer");
     assert_eq!(again.state, CommitState::Committed, "answered as the send it was");
@@ -323,4 +265,64 @@ async fn a_retry_that_waited_for_another_sends_revalidation_is_answered_from_the
     seqs.dedup();
     assert_eq!(seqs.len(), 8, "every new send its own seq");
     assert!(seqs[0] > committed.intent.seq.0, "seqs {seqs:?} are above every published one");
+}
+
+/// A writer's store in the group-commit layout on the shared Redis (its namespace wiped
+/// afterwards), whose revalidations read `topic`; sends of user 1, a member, to `conversation`.
+struct Published {
+    _cleanup: crate::shared_redis::Cleanup,
+    namespace: String,
+    store: qim_store::redis::RedisMessageStore,
+    topic: std::sync::Arc<crate::redis_created_at_clock::Topic>,
+    members: qim_store::testsuite::fixtures::MembershipAuthorizer,
+    tenant: qim_store::ids::TenantId,
+    conversation: qim_store::ids::ConversationId,
+}
+
+impl Published {
+    async fn open() -> Self {
+        use std::sync::Arc;
+
+        use qim_store::clock::ManualClock;
+        use qim_store::memory::MemorySeqHighWater;
+        use qim_store::redis::CommitLayout;
+        use qim_store::testsuite::fixtures::{MembershipAuthorizer, T0};
+
+        use crate::redis_created_at_clock::{writer, Topic};
+        use crate::shared_redis::{unique_namespace, url, Cleanup};
+
+        let cleanup = Cleanup::default();
+        let namespace = unique_namespace();
+        cleanup.register(&namespace);
+        let (marks, topic) = (Arc::new(MemorySeqHighWater::default()), Arc::new(Topic::default()));
+        let clock = Arc::new(ManualClock::new(T0));
+        let store = writer(&url(), &namespace, clock, marks, topic.clone())
+            .await
+            .with_commit_layout(CommitLayout::InConversationSlot);
+        let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
+        let members = MembershipAuthorizer::default();
+        members.admit(tenant, conversation, user(1));
+        Self { _cleanup: cleanup, namespace, store, topic, members, tenant, conversation }
+    }
+
+    /// Sends `id` to COMMITTED, published at its seq's offset, and puts its record on the topic.
+    async fn publish(&self, id: &str) -> (qim_store::message::CommitRequest, qim_store::message::Commit) {
+        use qim_store::message::PublishedRecord;
+        use qim_store::retention::RetentionPolicy;
+
+        let req = request(self.tenant, user(1), id, self.conversation, b"published");
+        let recorded = self.store.reserve_and_record(&req, fresh_message_id(), &self.members).await.unwrap();
+        let publication = Publication { partition: 0, offset: recorded.intent.seq.0 as i64 };
+        let id = recorded.intent.message_id;
+        let committed = self.store.mark_outbox_published_and_committed(&req.key, id, publication).await.unwrap();
+        let expires_at = RetentionPolicy::default().expires_at(req.retention, committed.intent.created_at);
+        let record = committed.intent.record(expires_at);
+        self.topic.0.lock().unwrap().push(PublishedRecord { record, publication });
+        (req, committed)
+    }
+
+    /// Redis loses everything of the store's namespace.
+    fn lose_redis(&self) {
+        assert!(crate::shared_redis::wipe(&self.namespace) > 0, "redis lost the namespace");
+    }
 }
