@@ -465,6 +465,57 @@ mod redis_specific {
         assert_eq!(left, 0, "GC leaves no work field of either, their lane lists included");
     }
 
+    /// Lanes of one call whose ways differ: a source that lies on neither lane's way (between
+    /// their windows) holds neither, an incomplete source holds only the lanes it lies on the
+    /// way of and has work in, and once every lane of a call is held the sources after them (more
+    /// than one script inspects) move none of them.
+    #[tokio::test]
+    async fn an_advance_holds_each_lane_only_at_its_own_incomplete_work() {
+        let (store, _, _, _cleanup) = open().await;
+        let (t, shard, epoch) = (fresh_tenant(), ShardId(19), ShardEpoch(1));
+        let lane_a = lane_of(&t, &user(1));
+        let other = (2..).map(user).find(|u| lane_of(&t, u) != lane_a).expect("a user in another lane");
+        let lane_b = lane_of(&t, &other);
+        // Offsets 1..=3 have work in lane a, 4..=300 in lane b.
+        let mut ids = Vec::new();
+        for offset in 1..=300u64 {
+            let recipient = if offset <= 3 { user(1) } else { other };
+            let m = one_recipient_dispatch(t, shard, recipient);
+            store.begin_dispatch(epoch, &m, offset).await.unwrap();
+            ids.push(m.id);
+        }
+        let mark = |offset: u64| {
+            let lane = if offset <= 3 { lane_a } else { lane_b };
+            (ids[offset as usize - 1], ChunkId { lane, index: 0 })
+        };
+        // Lane b moves to 3 over lane a's incomplete work; lane a is held at offset 1.
+        let answers = store.advance_watermarks(shard, &[(lane_a, 3), (lane_b, 3)]).await;
+        assert_eq!(answers[0].as_ref().unwrap_err().kind(), ErrorKind::Conflict);
+        assert_eq!(answers[1].as_ref().unwrap().through, Some(3), "lane b has no work in 1..=3");
+        // Offsets 2 and 3 lie on neither lane's way once lane a's window ends at 1: complete 1
+        // only, and hold lane b at 4.
+        store.mark_chunks_completed(&[mark(1)]).await.unwrap();
+        let answers = store.advance_watermarks(shard, &[(lane_a, 1), (lane_b, 300)]).await;
+        assert_eq!(answers[0].as_ref().unwrap().through, Some(1));
+        let held = answers[1].as_ref().unwrap_err();
+        assert_eq!(held.kind(), ErrorKind::Conflict);
+        assert!(held.to_string().contains("offset 4"), "{held}");
+        // Both lanes held at their first source; nothing after moves either.
+        let answers = store.advance_watermarks(shard, &[(lane_a, 300), (lane_b, 300)]).await;
+        for (answer, at) in answers.iter().zip(["offset 2", "offset 4"]) {
+            let err = answer.as_ref().unwrap_err();
+            assert!(err.kind() == ErrorKind::Conflict && err.to_string().contains(at), "{err}");
+        }
+        assert_eq!(store.lane_watermark(shard, lane_a).await.unwrap().through, Some(1));
+        assert_eq!(store.lane_watermark(shard, lane_b).await.unwrap().through, Some(3));
+        // Complete: both pass everything (lane a over lane b's 297 sources, more than one call).
+        let rest: Vec<_> = (2..=300).map(mark).collect();
+        store.mark_chunks_completed(&rest).await.unwrap();
+        for answer in store.advance_watermarks(shard, &[(lane_a, 300), (lane_b, 300)]).await {
+            assert_eq!(answer.unwrap().through, Some(300));
+        }
+    }
+
     /// One `advance_watermark` crosses more sources than one script inspects (256): it stops at
     /// the first incomplete one anywhere, and passes all of them once complete. All 64 lanes
     /// advanced together (one script per round trip) answer each on its own: the incomplete lane

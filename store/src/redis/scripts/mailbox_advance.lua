@@ -3,6 +3,9 @@
 -- below `through` has its lane work complete. Never moves back. The shard's sources are read
 -- once for all the lanes of the call: each source's dispatch is looked up once, and the work
 -- counts of the lanes still moving that it has work in (its `<id>:lanes` field) with one HMGET.
+-- A source costs work in proportion to its lanes with work, not to the lanes moving (a record
+-- of a small group has work in one or two of 64); the watermarks that moved are written with
+-- one HSET.
 --
 -- One call inspects at most ARGV[1] sources (bounding its run time): a lane whose `through` lies
 -- beyond them, all complete, moves to the last source inspected and answers 'more'; the caller
@@ -59,6 +62,16 @@ for k, lane in ipairs(names) do
 end
 
 if #moving > 0 then
+  -- The moving lanes by name, and how many of them no source stopped yet.
+  local by_lane = {}
+  for _, m in ipairs(moving) do
+    by_lane[m.lane] = m
+  end
+  local active = #moving
+  -- Whether `m` still moves and source `o` lies on its way.
+  local function on_way_of(m, o)
+    return m and not m.stopped and m.cur < o and o <= m.through
+  end
   local min = '-inf'
   if low >= 0 then
     min = '(' .. string.format('%d', low)
@@ -67,45 +80,41 @@ if #moving > 0 then
   local last = nil
   for _, off in ipairs(offs) do
     local o = tonumber(off)
-    -- The lanes this source lies on the way of (a source on none is not read).
-    local on_way = {}
-    for _, m in ipairs(moving) do
-      if not m.stopped and m.cur < o and o <= m.through then
-        on_way[#on_way + 1] = m
+    if active == 0 then
+      -- Every lane stopped: nothing beyond this source can move one.
+      break
+    end
+    local id = redis.call('HGET', KEYS[3], off)
+    if not id then
+      return {'corrupt', 'source offset ' .. off .. ' names no dispatch'}
+    end
+    local head = redis.call('HMGET', KEYS[4], id, id .. ':lanes')
+    if not head[1] then
+      return {'corrupt', 'source offset ' .. off .. ' names dispatch ' .. id .. ' which is gone'}
+    end
+    -- The lanes whose work count this source decides: those it has work in (every moving lane
+    -- for a dispatch an earlier release began, which lists none) that it lies on the way of.
+    local read = {}
+    if head[2] then
+      for lane in string.gmatch(head[2], '%d+') do
+        local m = by_lane[lane]
+        if on_way_of(m, o) then
+          read[#read + 1] = m
+        end
+      end
+    else
+      for _, m in ipairs(moving) do
+        if on_way_of(m, o) then
+          read[#read + 1] = m
+        end
       end
     end
-    if #on_way > 0 then
-      local id = redis.call('HGET', KEYS[3], off)
-      if not id then
-        return {'corrupt', 'source offset ' .. off .. ' names no dispatch'}
-      end
-      local head = redis.call('HMGET', KEYS[4], id, id .. ':lanes')
-      if not head[1] then
-        return {'corrupt', 'source offset ' .. off .. ' names dispatch ' .. id .. ' which is gone'}
-      end
-      -- Only the lanes the dispatch has work in are read (all lanes on the way for a dispatch an
-      -- earlier release began, which lists none).
-      local read = on_way
-      if head[2] then
-        local has = {}
-        for lane in string.gmatch(head[2], '%d+') do
-          has[lane] = true
-        end
-        read = {}
-        for _, m in ipairs(on_way) do
-          if has[m.lane] then
-            read[#read + 1] = m
-          end
-        end
-      end
+    if #read > 0 then
       local fields = {}
       for j, m in ipairs(read) do
         fields[j] = id .. ':' .. m.lane
       end
-      local lefts = {}
-      if #fields > 0 then
-        lefts = redis.call('HMGET', KEYS[4], unpack(fields))
-      end
+      local lefts = redis.call('HMGET', KEYS[4], unpack(fields))
       for j, m in ipairs(read) do
         local left = lefts[j]
         if left then
@@ -113,9 +122,11 @@ if #moving > 0 then
           if not n then
             answers[m.k] = {'corrupt', 'dispatch ' .. id .. ' lane ' .. m.lane .. ' work count ' .. left .. ' is not a number'}
             m.stopped = true
+            active = active - 1
           elseif n > 0 then
             answers[m.k] = {'conflict', off}
             m.stopped = true
+            active = active - 1
           end
         end
       end
@@ -123,6 +134,7 @@ if #moving > 0 then
     last = o
   end
   local truncated = #offs >= limit
+  local moved = {}
   for _, m in ipairs(moving) do
     if not m.stopped then
       if truncated and m.through > last then
@@ -130,14 +142,19 @@ if #moving > 0 then
         local reached = m.cur
         if last > m.cur then
           reached = last
-          redis.call('HSET', KEYS[1], m.lane, string.format('%d', last))
+          moved[#moved + 1] = m.lane
+          moved[#moved + 1] = string.format('%d', last)
         end
         answers[m.k] = {'more', string.format('%d', reached)}
       else
-        redis.call('HSET', KEYS[1], m.lane, string.format('%d', m.through))
+        moved[#moved + 1] = m.lane
+        moved[#moved + 1] = string.format('%d', m.through)
         answers[m.k] = {'ok', string.format('%d', m.through)}
       end
     end
+  end
+  if #moved > 0 then
+    redis.call('HSET', KEYS[1], unpack(moved))
   end
 end
 

@@ -67,6 +67,10 @@ local function begin_one(row_key, obs_key, id, manifest, offset, seq, digest, la
   redis.call('ZADD', KEYS[1], offset, offset)
   redis.call('HSET', KEYS[2], offset, id)
   redis.call('ZADD', KEYS[3], now, id)
+  if not stored then
+    -- Just written: this observation is the canonical one.
+    return {'ok', offset, seq}
+  end
   local r = redis.call('HMGET', row_key, 'canonical', 'seq')
   return {'ok', r[1], r[2]}
 end
