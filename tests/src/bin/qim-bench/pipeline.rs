@@ -233,8 +233,12 @@ pub async fn run(args: &Args) -> anyhow::Result<serde_json::Value> {
     let run = pipeline(args, &bins, &env, &plan).await?;
     let report = report(args, &env, &raw, &run);
     // The run's hot tier and mailboxes (hundreds of MB at the default count) would otherwise stay
-    // in the shared Redis, and be rewritten with its AOF under every later benchmark.
-    qim_testkit::redis::wipe_namespace(&env.redis_url, &env.redis_namespace).await?;
+    // in the shared Redis, and be rewritten with its AOF under every later benchmark. A wipe that
+    // fails (a large run's keys outlast the client's timeout) keeps the figures: a later run's
+    // sweep of leftover namespaces removes the keys.
+    if let Err(e) = qim_testkit::redis::wipe_namespace(&env.redis_url, &env.redis_namespace).await {
+        eprintln!("warning: could not remove the run's keys of {}: {e:#}", env.redis_namespace);
+    }
     report
 }
 
