@@ -26,7 +26,9 @@
 //!   (canonical mailbox seq, decimal `u64`), `max` (highest observed offset) and `n:<lane>` (chunk
 //!   count of each lane with work, from [`DispatchManifest::chunk_counts`]).
 //! - `…:disp:<message id hex>:done` SET of completed chunks `<lane>:<index>`;
-//!   `…:disp:<message id hex>:obs` SET of the offsets it was observed at.
+//!   `…:disp:<message id hex>:obs` SET of the offsets of its duplicates (observations after the
+//!   canonical one; an earlier release listed the canonical offset too), what GC removes from
+//!   the shard's sources besides the canonical offset.
 //! - `…:sources` ZSET (member = score = observed offset) and `…:src` HASH (offset → dispatch id
 //!   hex): every observation of the shard log.
 //! - `…:seen` ZSET: dispatch id hex → last observation ms (GC order and cut-off).
@@ -116,6 +118,9 @@ fn fenced_script(body: &str) -> Script {
 const MAX_ATTEMPTS: usize = 64;
 /// Most GC candidates one `gc_completed_dispatches` call inspects (bounds the script's run time).
 const GC_SCAN_CAP: usize = 10_000;
+/// Dispatches one pipeline of `gc_completed_dispatches` forgets (each a script of a few dozen
+/// µs: a pipeline holds the server a few ms at most).
+const GC_PIPELINE: usize = 64;
 /// Most sources one `mailbox_advance.lua` call inspects (bounds the script's run time: each
 /// costs a lookup per lane still moving).
 const ADVANCE_SOURCES: usize = 256;

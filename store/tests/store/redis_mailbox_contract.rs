@@ -516,6 +516,52 @@ mod redis_specific {
         }
     }
 
+    /// GC forgets the dispatches it selects in pipelines of scripts (more than one here), and
+    /// after `SCRIPT FLUSH` (a server of the test's own: the script cache is the server's) each
+    /// call loads its script again. Every dispatch is collected with every offset it was
+    /// observed at: the canonical one, its duplicates', and the canonical one an earlier release
+    /// also listed among the observations. The shard is left with its watermarks alone.
+    #[tokio::test]
+    async fn gc_collects_every_selected_dispatch_and_offset_after_the_scripts_were_flushed() {
+        const N: u64 = 150;
+        let redis = qim_store::testsuite::private_redis::PrivateRedis::start();
+        let (clock, cleanup) = (Arc::new(ManualClock::new(T0)), Cleanup::default());
+        let (store, config) = open_at(&redis.url(), MailboxRetention::default(), clock.clone(), &cleanup).await;
+        let mut conn = raw(&config).await;
+        let (t, shard) = (fresh_tenant(), ShardId(21));
+        let (mut manifests, mut marks) = (Vec::new(), Vec::new());
+        for offset in 1..=N {
+            let recipient = user((offset % 7) as u32 + 1);
+            let m = one_recipient_dispatch(t, shard, recipient);
+            store.begin_dispatch(ShardEpoch(1), &m, offset).await.unwrap();
+            marks.push((m.id, ChunkId { lane: lane_of(&t, &recipient), index: 0 }));
+            manifests.push(m);
+        }
+        // Every tenth observed again; the first as an earlier release recorded it (its canonical
+        // offset among the observations too).
+        let mut end = N;
+        for m in manifests.iter().step_by(10) {
+            end += 1;
+            assert!(store.begin_dispatch(ShardEpoch(1), m, end).await.unwrap().duplicate);
+        }
+        let obs = format!("{}:{{d:21}}:disp:{}:obs", config.namespace, manifests[0].id.message_id.to_hex());
+        let _: () = redis::cmd("SADD").arg(&obs).arg(1).query_async(&mut conn).await.unwrap();
+        store.mark_chunks_completed(&marks).await.unwrap();
+        let all: Vec<(LaneId, u64)> = LaneId::all().map(|lane| (lane, end)).collect();
+        for answer in store.advance_watermarks(shard, &all).await {
+            assert_eq!(answer.unwrap().through, Some(end));
+        }
+        redis::cmd("SCRIPT").arg("FLUSH").query_async::<()>(&mut conn).await.expect("SCRIPT FLUSH");
+        clock.advance(1000);
+        let later = qim_store::clock::Clock::now(clock.as_ref()).0 + 1;
+        assert_eq!(store.gc_completed_dispatches(shard, later, 1_000).await.unwrap(), N as usize);
+        assert_eq!(store.gc_completed_dispatches(shard, later, 1_000).await.unwrap(), 0, "nothing is left to collect");
+        let mut left: Vec<String> =
+            redis::cmd("KEYS").arg(format!("{}:{{d:21}}:*", config.namespace)).query_async(&mut conn).await.unwrap();
+        left.sort();
+        assert_eq!(left, vec![format!("{}:{{d:21}}:wm", config.namespace)], "only the watermarks are left");
+    }
+
     /// One `advance_watermark` crosses more sources than one script inspects (256): it stops at
     /// the first incomplete one anywhere, and passes all of them once complete. All 64 lanes
     /// advanced together (one script per round trip) answer each on its own: the incomplete lane

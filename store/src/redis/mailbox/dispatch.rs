@@ -2,8 +2,9 @@
 
 use redis::Value;
 
+use super::keys::ShardKeys;
 use super::reply::{bulk, number, status, text};
-use super::{redis_err, RedisMailboxStore, BEGIN, GC, GC_DISPATCH, GC_SCAN_CAP, PROGRESS};
+use super::{redis_err, RedisMailboxStore, BEGIN, GC, GC_DISPATCH, GC_PIPELINE, GC_SCAN_CAP, PROGRESS};
 use crate::codec::{decode_manifest, encode_manifest};
 use crate::error::{StoreError, StoreResult};
 use crate::ids::MessageId;
@@ -11,6 +12,7 @@ use crate::mailbox::{
     ChunkId, DispatchId, DispatchProgress, DispatchReceipt, LaneId, MailboxSeq, ShardEpoch, ShardFence, ShardId,
 };
 use crate::mailbox_store::DispatchBegin;
+use crate::redis::connection::pipeline_by_slot;
 
 /// What a dispatch row's `digest` holds of its manifest's canonical bytes: XXH3-128, hex. A
 /// chunk write compares it (16 bytes) instead of reading the whole manifest back.
@@ -199,39 +201,76 @@ impl RedisMailboxStore {
         let mut rest = rest.into_iter();
         let Some(floor) = rest.next() else { return Ok(0) };
         let floor = number(Some(floor), "watermark floor")?;
+        let ids = rest
+            .into_iter()
+            .map(|id| {
+                String::from_utf8(bulk(id).unwrap_or_default())
+                    .ok()
+                    .and_then(|hex| MessageId::from_hex(&hex).ok())
+                    .ok_or_else(|| StoreError::CorruptEntry(format!("shard {} holds a bad dispatch id", shard.0)))
+            })
+            .collect::<StoreResult<Vec<MessageId>>>()?;
+        // The selected dispatches are forgotten GC_PIPELINE at a time, each by its own script (a
+        // round trip per dispatch cost more than the script); each checks again that its
+        // dispatch is still collectable, so a pipeline cut short by an error is collected later.
         let mut collected = 0usize;
-        for id in rest {
-            let id = String::from_utf8(bulk(id).unwrap_or_default())
-                .ok()
-                .and_then(|hex| MessageId::from_hex(&hex).ok())
-                .ok_or_else(|| StoreError::CorruptEntry(format!("shard {} holds a bad dispatch id", shard.0)))?;
-            let (row, done, obs) = keys.dispatch(&id);
-            let reply: Value = GC_DISPATCH
-                .key(&row)
-                .key(&done)
-                .key(&obs)
-                .key(&keys.sources)
-                .key(&keys.src)
-                .key(&keys.seen)
-                .key(&keys.work)
-                .arg(id.to_hex())
-                .arg(floor.to_string())
-                .arg(seen_before_millis)
-                .invoke_async(&mut conn)
-                .await
-                .map_err(|e| redis_err("collecting a dispatch", e))?;
-            let (code, rest) = status(reply)?;
-            let mut rest = rest.into_iter();
-            match code.as_str() {
-                "ok" => collected += usize::from(number(rest.next(), "collected flag")? == 1),
-                "corrupt" => return Err(corrupt(shard, rest.next())),
-                other => return Err(StoreError::CorruptEntry(format!("dispatch GC script answered {other:?}"))),
-            }
-            if collected >= limit {
-                break;
+        for some in ids.chunks(GC_PIPELINE) {
+            let calls: Vec<GcCall> = some.iter().map(|id| GcCall::new(&keys, id, floor, seen_before_millis)).collect();
+            let commands: Vec<redis::Cmd> = calls.iter().map(GcCall::evalsha).collect();
+            let (replies, _) =
+                pipeline_by_slot(&self.conn, &commands).await.map_err(|e| redis_err("collecting dispatches", e))?;
+            for (call, reply) in calls.iter().zip(replies) {
+                let reply = match reply {
+                    // The server lost the script (a restart, SCRIPT FLUSH): this call loads it.
+                    Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => call
+                        .invocation()
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(|e| redis_err("collecting a dispatch", e))?,
+                    Value::ServerError(e) => return Err(redis_err("collecting a dispatch", e.into())),
+                    reply => reply,
+                };
+                let (code, rest) = status(reply)?;
+                let mut rest = rest.into_iter();
+                match code.as_str() {
+                    "ok" => collected += usize::from(number(rest.next(), "collected flag")? == 1),
+                    "corrupt" => return Err(corrupt(shard, rest.next())),
+                    other => return Err(StoreError::CorruptEntry(format!("dispatch GC script answered {other:?}"))),
+                }
             }
         }
         Ok(collected)
+    }
+}
+
+/// One call of `mailbox_gc_dispatch.lua`: its seven keys and three arguments.
+struct GcCall {
+    keys: [String; 7],
+    args: [String; 3],
+}
+
+impl GcCall {
+    /// The call that forgets dispatch `id` of the shard at `keys`.
+    fn new(keys: &ShardKeys, id: &MessageId, floor: u64, seen_before_millis: i64) -> Self {
+        let (row, done, obs) = keys.dispatch(id);
+        Self {
+            keys: [row, done, obs, keys.sources.clone(), keys.src.clone(), keys.seen.clone(), keys.work.clone()],
+            args: [id.to_hex(), floor.to_string(), seen_before_millis.to_string()],
+        }
+    }
+
+    /// The call as a command for a pipeline (the script must be loaded: a pipeline cannot load it).
+    fn evalsha(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(GC_DISPATCH.get_hash()).arg(self.keys.len()).arg(&self.keys[..]).arg(&self.args[..]);
+        cmd
+    }
+
+    /// The call as an invocation, which loads the script when the server lacks it.
+    fn invocation(&self) -> redis::ScriptInvocation<'static> {
+        let mut invocation = GC_DISPATCH.prepare_invoke();
+        invocation.key(&self.keys[..]).arg(&self.args[..]);
+        invocation
     }
 }
 
