@@ -26,9 +26,7 @@
 //!   (canonical mailbox seq, decimal `u64`), `max` (highest observed offset) and `n:<lane>` (chunk
 //!   count of each lane with work, from [`DispatchManifest::chunk_counts`]).
 //! - `…:disp:<message id hex>:done` SET of completed chunks `<lane>:<index>`;
-//!   `…:disp:<message id hex>:obs` SET of the offsets of its duplicates (observations after the
-//!   canonical one; an earlier release listed the canonical offset too), what GC removes from
-//!   the shard's sources besides the canonical offset.
+//!   `…:disp:<message id hex>:obs` SET of the offsets it was observed at.
 //! - `…:sources` ZSET (member = score = observed offset) and `…:src` HASH (offset → dispatch id
 //!   hex): every observation of the shard log.
 //! - `…:seen` ZSET: dispatch id hex → last observation ms (GC order and cut-off).

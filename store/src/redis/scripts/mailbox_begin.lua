@@ -9,8 +9,7 @@
 --   <id>:lanes -> the lanes with work, comma-separated: what watermark advances read)
 -- KEYS[5] incarnation marker of the shard
 -- KEYS[4 + 2i], KEYS[5 + 2i] (observation i, from 1): the dispatch HASH (manifest, digest,
---   canonical, seq, max, n:<lane> chunk counts) and its observations SET (the offsets of its
---   duplicates; an earlier release put the canonical offset there too)
+--   canonical, seq, max, n:<lane> chunk counts) and its observations SET (offsets)
 -- ARGV[1] fence (mailbox_fence_prelude.lua), ARGV[2] now ms, then per observation: dispatch id
 -- hex, manifest blob, observed offset (decimal), seq if this is the first observation (decimal
 -- u64), the manifest's digest (what chunk writes compare), the number k of lanes with work,
@@ -64,10 +63,7 @@ local function begin_one(row_key, obs_key, id, manifest, offset, seq, digest, la
     redis.call('HSET', row_key, unpack(row))
     redis.call('HSET', KEYS[4], unpack(work))
   end
-  if stored then
-    -- A duplicate's offset, for the GC to find (the canonical one is in the row).
-    redis.call('SADD', obs_key, offset)
-  end
+  redis.call('SADD', obs_key, offset)
   redis.call('ZADD', KEYS[1], offset, offset)
   redis.call('HSET', KEYS[2], offset, id)
   redis.call('ZADD', KEYS[3], now, id)

@@ -1,7 +1,7 @@
 -- Forgets one dispatch selected by mailbox_gc.lua, after checking again that it is still
 -- collectable (a new observation may have raised its max offset or its last-seen time).
 --
--- KEYS[1] dispatch HASH, KEYS[2] completed-chunks SET, KEYS[3] observations SET (duplicates' offsets),
+-- KEYS[1] dispatch HASH, KEYS[2] completed-chunks SET, KEYS[3] observations SET,
 -- KEYS[4] sources ZSET, KEYS[5] src HASH, KEYS[6] seen ZSET, KEYS[7] work HASH
 -- ARGV[1] dispatch id hex, ARGV[2] floor of the lane watermarks (watermarks never move back),
 -- ARGV[3] cut-off ms (exclusive)
@@ -19,13 +19,7 @@ local seen = redis.call('ZSCORE', KEYS[6], ARGV[1])
 if m > tonumber(ARGV[2]) or (seen and tonumber(seen) >= tonumber(ARGV[3])) then
   return {'ok', 0}
 end
--- Its offsets: the canonical one (in the row) and its duplicates' (the observations SET).
-local offsets = redis.call('SMEMBERS', KEYS[3])
-local canonical = redis.call('HGET', KEYS[1], 'canonical')
-if canonical then
-  offsets[#offsets + 1] = canonical
-end
-for _, off in ipairs(offsets) do
+for _, off in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   if redis.call('HGET', KEYS[5], off) == ARGV[1] then
     redis.call('HDEL', KEYS[5], off)
     redis.call('ZREM', KEYS[4], off)
