@@ -202,7 +202,6 @@ impl RedisMailboxStore {
         let Some(floor) = rest.next() else { return Ok(0) };
         let floor = number(Some(floor), "watermark floor")?;
         let ids = rest
-            .into_iter()
             .map(|id| {
                 String::from_utf8(bulk(id).unwrap_or_default())
                     .ok()
