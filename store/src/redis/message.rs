@@ -57,7 +57,9 @@
 //!   RESERVED commit and no record; `put_record` then writes the record and compares and sets
 //!   the head in one script (`message_commit_record.lua`), so no record is ever written for
 //!   anything but that commit. (3) after the publish, ⟨CAS RECORDED → COMMITTED ‖ ZADD
-//!   `{commitgc}` ‖ PEXPIRE claim ‖ hot-tier registrations ‖ ZREM settled⟩: the registrations
+//!   `{commitgc}` ‖ PEXPIRE claim ‖ hot-tier registrations ‖ ZREM settled⟩, the PEXPIRE left
+//!   out when this store took the claim less than [`CLAIM_YOUNG`] ago (its TTL still outlives
+//!   the commit's, which is set now): the registrations
 //!   ride with the transition because the seq is known only once the commit exists; a CAS that
 //!   lands without them is registered again at once, and the auxiliary GC registers a
 //!   conversation-slot commit's record before it deletes the commit.
@@ -264,9 +266,19 @@ use crate::rules::{conflict, describe as context};
 pub const COMMITTED_REDIS_TTL_MILLIS: i64 = 2 * COMMIT_AUX_TTL_MILLIS;
 
 /// Redis TTL of a request key's claim (group-commit layout), set when it is taken and again at
-/// COMMITTED: it outlives the commit's safety-net TTL, so the claim goes only after its commit
-/// (or with the auxiliary GC, claim first).
-pub(crate) const CLAIM_MILLIS: i64 = COMMITTED_REDIS_TTL_MILLIS + 60 * 60 * 1000;
+/// COMMITTED unless the claim is young (see [`CLAIM_YOUNG`]): it outlives the commit's
+/// safety-net TTL, so the claim goes only after its commit (or with the auxiliary GC, claim
+/// first).
+pub(crate) const CLAIM_MILLIS: i64 = COMMITTED_REDIS_TTL_MILLIS + CLAIM_MARGIN_MILLIS;
+
+/// How much longer a fresh claim lives than a commit's safety-net TTL.
+const CLAIM_MARGIN_MILLIS: i64 = 60 * 60 * 1000;
+
+/// How long after this store took a claim (its `SET PX`, [`CLAIM_MILLIS`]) the claim's
+/// remaining life still exceeds a commit's safety-net TTL set now, with half the margin spare
+/// (for the Redis clock against this process's, and the round trips): the COMMITTED step of
+/// such a send leaves the claim's TTL as it is, one write fewer per send.
+pub(crate) const CLAIM_YOUNG: std::time::Duration = std::time::Duration::from_millis(CLAIM_MARGIN_MILLIS as u64 / 2);
 
 /// Highest seq this backend issues: ZSET scores are doubles, exact up to 2^53.
 const MAX_SEQ: u64 = 1 << 53;

@@ -191,6 +191,60 @@ async fn a_group_commit_layout_send_costs_three_round_trips() {
     }
 }
 
+/// A group-commit layout send's claim outlives its commit. The COMMITTED step leaves the
+/// claim's TTL as it is when the same store took the claim moments before (one write fewer per
+/// send), and extends it when the claim was found there: a retry answered as a replay, or
+/// another store driving the send.
+#[tokio::test]
+async fn a_claim_outlives_its_commit_and_is_extended_unless_freshly_taken() {
+    use qim_store::redis::CommitLayout;
+    use qim_store::testsuite::fixtures::MembershipAuthorizer;
+
+    use crate::redis_group_commit::command_calls;
+
+    let redis = PrivateRedis::start();
+    let store = open(&redis, 30, clock()).await.with_commit_layout(CommitLayout::InConversationSlot);
+    let another = open(&redis, 30, clock()).await.with_commit_layout(CommitLayout::InConversationSlot);
+    let mut con = raw(&redis).await;
+    let (tenant, conversation) = (fresh_tenant(), fresh_conversation());
+    let members = MembershipAuthorizer::default();
+    members.admit(tenant, conversation, user(1));
+    // What a claim has left (ms) beyond its commit's TTL once `id` is COMMITTED, and how many
+    // PEXPIREs the COMMITTED step made. `age` lowers the claim's TTL first, as if it had been
+    // taken long ago; `driver` commits it; `replay` reserves it again first (answered `exists`).
+    let mut committed = async |id: &str, age: bool, driver: &qim_store::redis::RedisMessageStore, replay: bool| {
+        let req = request(tenant, user(1), id, conversation, b"x");
+        let recorded = store.reserve_and_record(&req, fresh_message_id(), &members).await.unwrap();
+        let [commit_key, claim_key] = store.group_commit_keys(&req.key, conversation);
+        if age {
+            let _: bool = con.pexpire(&claim_key, 60_000).await.unwrap();
+        }
+        if replay {
+            assert_eq!(store.reserve_and_record(&req, fresh_message_id(), &members).await.unwrap(), recorded);
+        }
+        let before = command_calls(&mut con, "pexpire").await;
+        let id = recorded.intent.message_id;
+        let done = driver.mark_outbox_published_and_committed(&req.key, id, Publication { partition: 0, offset: 1 });
+        assert_eq!(done.await.unwrap().state, CommitState::Committed);
+        let pexpires = command_calls(&mut con, "pexpire").await - before;
+        let (commit_ttl, claim_ttl): (i64, i64) =
+            redis::pipe().pttl(&commit_key).pttl(&claim_key).query_async(&mut con).await.unwrap();
+        assert!(commit_ttl > 0, "the commit has its safety-net TTL: {commit_ttl}");
+        (claim_ttl - commit_ttl, pexpires)
+    };
+    let half_hour = 30 * 60 * 1000;
+    let (spare, pexpires) = committed("fresh", false, &store, false).await;
+    assert_eq!(pexpires, 1, "the commit's TTL alone: the claim is left as it was taken");
+    assert!(spare > half_hour, "a fresh claim outlives its commit by most of an hour: {spare} ms");
+    for (id, driver, replay, what) in
+        [("retried", &store, true, "a retry's claim"), ("driven", &another, false, "another store's send")]
+    {
+        let (spare, pexpires) = committed(id, true, driver, replay).await;
+        assert_eq!(pexpires, 2, "{what}: the commit's TTL and the claim's");
+        assert!(spare > half_hour, "{what} is extended past its commit: {spare} ms");
+    }
+}
+
 /// Redis loses everything after a group-commit layout send was published and answered: its
 /// retry is answered from the topic (the revalidation restores its commit, which then holds the
 /// key), with the first seq and message id, never a second seq; the next send gets a seq above.

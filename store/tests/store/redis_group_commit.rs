@@ -63,12 +63,13 @@ async fn stored_seqs(store: &RedisMessageStore, commits: &[Commit]) -> Vec<u64> 
     seqs
 }
 
-/// The server's `EVALSHA` calls so far.
-async fn evalsha_calls(con: &mut redis::aio::MultiplexedConnection) -> u64 {
+/// The server's calls of `command` (lowercase) so far, those scripts made included.
+pub(crate) async fn command_calls(con: &mut redis::aio::MultiplexedConnection, command: &str) -> u64 {
     let stats: String = redis::cmd("INFO").arg("commandstats").query_async(con).await.unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
     stats
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
@@ -86,7 +87,7 @@ async fn sends_in_flight_together_share_round_trips_and_each_conversation_one_se
         assert_eq!(stored_seqs(&store, &burst(&store, tenant, conversation, tag, 1).await).await, vec![1]);
     }
     let mut con = raw(&redis).await;
-    let (trips, scripts) = (store.round_trips(), evalsha_calls(&mut con).await);
+    let (trips, scripts) = (store.round_trips(), command_calls(&mut con, "evalsha").await);
     let (in_a, in_b) = tokio::join!(burst(&store, tenant, a, "a", 24), burst(&store, tenant, b, "b", 24));
     let trips = store.round_trips() - trips;
     // Alone, 48 sends make 3 round trips each (144).
@@ -94,7 +95,7 @@ async fn sends_in_flight_together_share_round_trips_and_each_conversation_one_se
     // Alone: a claim, an append and a CAS each (144 calls). Together, per tick: one call claiming
     // every key of the sender (all sends are user 1's), and per conversation one append and one
     // compare-and-set covering its sends.
-    let scripts = evalsha_calls(&mut con).await - scripts;
+    let scripts = command_calls(&mut con, "evalsha").await - scripts;
     assert!(scripts <= 12, "{scripts} script calls for 48 sends");
     let every_seq_once = (2..=25).collect::<Vec<_>>();
     assert_eq!(stored_seqs(&store, &in_a).await, every_seq_once, "every send its own seq, none skipped");

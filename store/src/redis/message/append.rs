@@ -3,6 +3,8 @@
 //! commit created by the script that issues its seq, in its conversation's slot, with the record
 //! when the send is being recorded too (`reserve_and_record`).
 
+use std::time::Instant;
+
 use super::group::{append_command, AppendCall};
 use super::keys::{aux_member_in_conversation, aux_shard};
 use super::lease::{self, Allocation, LeaseAttempts};
@@ -59,11 +61,14 @@ impl RedisMessageStore {
         let member = aux_member_in_conversation(key, conversation, proposed_id);
         let value = claim_value(conversation, &request_bytes);
         let mut created_at = self.stamps.stamp();
-        let (tenant, mut check_sender, mut ours) = (key.tenant, members.is_some(), false);
+        let (tenant, mut check_sender) = (key.tenant, members.is_some());
+        // When this send took the claim (it is `Ours`), which then lives from about then.
+        let mut claimed_at: Option<Instant> = None;
         let (mut attempts, mut restamps, mut later) = (LeaseAttempts::default(), 0u32, 0u32);
         'claim: loop {
+            let sent_at = Instant::now();
             match self.claim_key(key, &value, &member, created_at).await? {
-                Claimed::Ours => ours = true,
+                Claimed::Ours => claimed_at = claimed_at.or(Some(sent_at)),
                 Claimed::Same => {}
                 Claimed::Legacy => {
                     self.give_up_orphan(&member).await;
@@ -74,7 +79,7 @@ impl RedisMessageStore {
                     return Err(conflict(key, "the key is claimed by different content or another conversation"));
                 }
             }
-            let refused_claim = ours.then(|| (self.keys.sender_claim(key), value.clone()));
+            let refused_claim = claimed_at.map(|_| (self.keys.sender_claim(key), value.clone()));
             loop {
                 let state = if record { CommitState::Recorded } else { CommitState::Reserved };
                 let seq = ConversationSeq(0);
@@ -150,7 +155,7 @@ impl RedisMessageStore {
                     }
                     let mut commit = template;
                     commit.intent.seq = seq;
-                    self.inflight.remember(commit.clone(), Loc::Conversation(conversation), false);
+                    self.inflight.remember_claimed(commit.clone(), Loc::Conversation(conversation), false, claimed_at);
                     return Ok(commit);
                 }
                 let revalidation = matches!(allocation, Allocation::Revalidate { .. } | Allocation::Wait);

@@ -38,6 +38,10 @@ pub(super) struct Known {
     /// Whether this store registered the record with the hot tier (expiry index, trim window)
     /// and saw every registration succeed.
     pub(super) registered: bool,
+    /// When this store took the key's claim (group-commit layout; just before it sent the
+    /// claim that set it): the claim's TTL counts from no earlier than this. `None` when the
+    /// claim was there already or the commit was read.
+    pub(super) claimed: Option<Instant>,
     /// When it was remembered.
     at: Instant,
 }
@@ -99,6 +103,11 @@ impl InFlight {
 
     /// Remembers `commit` (not yet COMMITTED) as what Redis holds under its key, at `loc`.
     pub(super) fn remember(&self, commit: Commit, loc: Loc, registered: bool) {
+        self.remember_claimed(commit, loc, registered, None);
+    }
+
+    /// [`Self::remember`], with when this store took the key's claim ([`Known::claimed`]).
+    pub(super) fn remember_claimed(&self, commit: Commit, loc: Loc, registered: bool, claimed: Option<Instant>) {
         let key = commit.intent.request.key.clone();
         let bytes = commit.intent.request.payload.len() + ENTRY_OVERHEAD;
         let now = Instant::now();
@@ -106,7 +115,7 @@ impl InFlight {
         g.age(now);
         g.old.remove(&key);
         g.young_bytes += bytes;
-        g.young.insert(key, Arc::new(Known { commit, loc, registered, at: now }));
+        g.young.insert(key, Arc::new(Known { commit, loc, registered, claimed, at: now }));
     }
 
     /// Forgets `key` (the send finished, or a step found the commit other than remembered).
@@ -163,6 +172,6 @@ mod tests {
             publication: None,
         };
         let commit = Commit { intent, state: CommitState::Reserved, committed_at: None };
-        Arc::new(Known { commit, loc: Loc::Sender, registered: false, at: Instant::now() })
+        Arc::new(Known { commit, loc: Loc::Sender, registered: false, claimed: None, at: Instant::now() })
     }
 }

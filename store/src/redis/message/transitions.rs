@@ -3,11 +3,13 @@
 //! compare-and-set every transition is (see the parent module's "Step order and crash safety").
 
 use std::sync::{Arc, PoisonError};
+use std::time::Instant;
 
 use super::keys::aux_shard;
 use super::scripts::{self, answered, expect_ok, run, status, Batch, Reply};
 use super::{
-    aux_member_at, inflight, missing, one, Described, Loc, RedisMessageStore, CLAIM_MILLIS, COMMITTED_REDIS_TTL_MILLIS,
+    aux_member_at, inflight, missing, one, Described, Loc, RedisMessageStore, CLAIM_MILLIS, CLAIM_YOUNG,
+    COMMITTED_REDIS_TTL_MILLIS,
 };
 use crate::codec::{encode_commit_head, encode_intent, encode_record};
 use crate::error::{StoreError, StoreResult};
@@ -215,7 +217,7 @@ impl RedisMessageStore {
         // still RECORDED (publish again) or COMMITTED with this publication.
         let mut batch = Batch::default();
         self.cas(&mut batch, key, known.loc, &read, &committed, COMMITTED_REDIS_TTL_MILLIS);
-        let member = self.committed_extras(&mut batch, &committed, known.loc, !known.registered);
+        let member = self.committed_extras(&mut batch, &committed, known.loc, !known.registered, known.claimed);
         self.unlist_settled(&mut batch);
         let mut replies = self.shared_trip("publishing and committing a commit", batch).await?.into_iter();
         let (Some(to_committed), Some(listed)) = (replies.next(), replies.next()) else {
@@ -252,7 +254,7 @@ impl RedisMessageStore {
         next.committed_at = Some(now);
         let mut batch = Batch::default();
         self.cas(&mut batch, key, loc, &read, &next, COMMITTED_REDIS_TTL_MILLIS);
-        let member = self.committed_extras(&mut batch, &next, loc, false);
+        let member = self.committed_extras(&mut batch, &next, loc, false, None);
         self.unlist_settled(&mut batch);
         let mut replies = run(&self.con, "committing a commit", batch).await?.into_iter();
         let (Some(cas), Some(listed)) = (replies.next(), replies.next()) else {
@@ -266,18 +268,27 @@ impl RedisMessageStore {
 
     /// Adds to `batch`, after the CAS to COMMITTED of `committed` (at `loc`): its `{commitgc}`
     /// entry; in a conversation's slot the claim's life extended past the commit's safety-net
-    /// TTL; with `register`, the hot-tier registrations. Returns the commit's index member.
+    /// TTL, unless this store took the claim at `claimed` and it is still young enough to
+    /// outlive that TTL as it is ([`claim_outlives_commit`]); with `register`, the hot-tier
+    /// registrations. Returns the commit's index member.
     ///
     /// Registering beside the transition (the group-commit layout's send, whose seq is known
     /// only once its commit exists) is legal because the record exists (the commit is past
     /// RECORDED); a CAS that lands without them is registered again by `committed_landed`, and
     /// the auxiliary GC registers a conversation-slot commit's record before deleting it.
-    fn committed_extras(&self, batch: &mut Batch, committed: &Commit, loc: Loc, register: bool) -> String {
+    fn committed_extras(
+        &self,
+        batch: &mut Batch,
+        committed: &Commit,
+        loc: Loc,
+        register: bool,
+        claimed: Option<Instant>,
+    ) -> String {
         let key = &committed.intent.request.key;
         let member = aux_member_at(committed, loc);
         let now = committed.committed_at.map_or(0, |at| at.0);
         batch.command("ZADD").arg(self.keys.commit_gc(aux_shard(&member))).arg(now).arg(&member);
-        if let Loc::Conversation(_) = loc {
+        if matches!(loc, Loc::Conversation(_)) && !claim_outlives_commit(claimed, Instant::now()) {
             batch.command("PEXPIRE").arg(self.keys.sender_claim(key)).arg(CLAIM_MILLIS);
         }
         if register {
@@ -363,5 +374,33 @@ impl RedisMessageStore {
     /// The outcome of a CAS added by [`Self::cas`].
     pub(super) fn cas_outcome(&self, key: &CommitKey, reply: Reply) -> StoreResult<()> {
         expect_ok("message_commit_cas", &Described(key), answered("advancing a commit", reply)?)
+    }
+}
+
+/// Whether a claim this store took at `claimed` (`None`: not known to be this store's, or not
+/// fresh) still outlives, at `now`, a commit's safety-net TTL set now without being extended:
+/// taken less than [`CLAIM_YOUNG`] ago.
+fn claim_outlives_commit(claimed: Option<Instant>, now: Instant) -> bool {
+    claimed.is_some_and(|at| now.saturating_duration_since(at) < CLAIM_YOUNG)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{claim_outlives_commit, CLAIM_MILLIS, CLAIM_YOUNG, COMMITTED_REDIS_TTL_MILLIS};
+
+    #[test]
+    fn only_a_claim_this_store_took_recently_is_left_unextended() {
+        let at = Instant::now();
+        assert!(claim_outlives_commit(Some(at), at));
+        assert!(claim_outlives_commit(Some(at), at + CLAIM_YOUNG - Duration::from_millis(1)));
+        assert!(!claim_outlives_commit(Some(at), at + CLAIM_YOUNG), "an old claim is extended");
+        assert!(!claim_outlives_commit(None, at), "a claim found there, or a commit read, is extended");
+        let young = i64::try_from(CLAIM_YOUNG.as_millis()).unwrap();
+        assert!(
+            CLAIM_MILLIS - young >= COMMITTED_REDIS_TTL_MILLIS + young,
+            "a claim at the end of its youth still outlives a commit's TTL by the same spare"
+        );
     }
 }
